@@ -1,0 +1,220 @@
+// Package config holds weir's one typed configuration: defaults in code,
+// a strict YAML file on top (unknown keys are errors), flags on top of that.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/weirhq/weir/internal/feed"
+)
+
+// Config is the whole configuration of a weir process.
+type Config struct {
+	Listen  string  `yaml:"listen"`
+	Data    string  `yaml:"data"`
+	DB      string  `yaml:"db"`
+	Node    string  `yaml:"node"`
+	Log     Log     `yaml:"log"`
+	Receive Receive `yaml:"receive"`
+	Store   Store   `yaml:"store"`
+}
+
+// Log configures the process log.
+type Log struct {
+	Level  string `yaml:"level"`  // debug, info, warn, error
+	Format string `yaml:"format"` // json or text
+}
+
+// CheckMode is the receipt check mode, named as in the reference system.
+type CheckMode string
+
+const (
+	FeedStatus    CheckMode = "FEED_STATUS"
+	FeedExistence CheckMode = "FEED_EXISTENCE"
+	ReceiveAll    CheckMode = "RECEIVE_ALL"
+	DropAll       CheckMode = "DROP_ALL"
+	RejectAll     CheckMode = "REJECT_ALL"
+)
+
+// CompressedBodyAction says what to do with a body declared uncompressed that
+// starts with gzip or zip magic bytes (the spec's silent failure).
+type CompressedBodyAction string
+
+const (
+	CompressedStore      CompressedBodyAction = "store"      // store as sent, flag the stream, count, warn
+	CompressedReject     CompressedBodyAction = "reject"     // 406 with a clear Service-Error
+	CompressedDecompress CompressedBodyAction = "decompress" // treat it as declared GZIP / ZIP
+)
+
+// Receive holds the receipt settings. Names follow the reference system's
+// ReceiveDataConfig where they apply.
+type Receive struct {
+	AuthenticationRequired             bool                 `yaml:"authenticationRequired"`
+	ReceiptCheckMode                   CheckMode            `yaml:"receiptCheckMode"`
+	MaxRequestSize                     ByteSize             `yaml:"maxRequestSize"`
+	MetaTypes                          []string             `yaml:"metaTypes"`
+	FeedNameGenerationEnabled          bool                 `yaml:"feedNameGenerationEnabled"`
+	FeedNameTemplate                   string               `yaml:"feedNameTemplate"`
+	FeedNameGenerationMandatoryHeaders []string             `yaml:"feedNameGenerationMandatoryHeaders"`
+	FeedNameGenerationAutoCreate       bool                 `yaml:"feedNameGenerationAutoCreate"`
+	FeedNamePattern                    string               `yaml:"feedNamePattern"`
+	CompressedBodyWithoutHeader        CompressedBodyAction `yaml:"compressedBodyWithoutHeader"`
+	MaxConcurrentReceipts              int                  `yaml:"maxConcurrentReceipts"`
+	RetryAfter                         Duration             `yaml:"retryAfter"`
+	ReadHeaderTimeout                  Duration             `yaml:"readHeaderTimeout"`
+	MaxHeaderBytes                     ByteSize             `yaml:"maxHeaderBytes"`
+	BodyIdleTimeout                    Duration             `yaml:"bodyIdleTimeout"`
+	MaxZipEntries                      int                  `yaml:"maxZipEntries"`
+	MaxMetaEntrySize                   ByteSize             `yaml:"maxMetaEntrySize"`
+}
+
+// Store configures the stream store.
+type Store struct {
+	BlockSize ByteSize `yaml:"blockSize"`
+}
+
+// DefaultMetaTypes are the stream types a post may name, as in the reference system.
+var defaultMetaTypes = []string{
+	"Context", "Detections", "Error", "Events", "Meta Data", "Raw Events",
+	"Raw Reference", "Records", "Reference", "Test Events", "Test Reference",
+}
+
+// Default returns the configuration weir runs with when nothing is set.
+func Default() Config {
+	return Config{
+		Listen: "127.0.0.1:8080",
+		Data:   "./weir-data",
+		Log:    Log{Level: "info", Format: "json"},
+		Receive: Receive{
+			ReceiptCheckMode:                   FeedStatus,
+			MaxRequestSize:                     10 << 30,
+			MetaTypes:                          append([]string(nil), defaultMetaTypes...),
+			FeedNameTemplate:                   "${accountid}-${component}-${format}-${schema}",
+			FeedNameGenerationMandatoryHeaders: []string{"AccountId", "Component", "Format", "Schema"},
+			FeedNamePattern:                    feed.DefaultNamePattern,
+			CompressedBodyWithoutHeader:        CompressedStore,
+			MaxConcurrentReceipts:              64,
+			RetryAfter:                         Duration(5 * time.Second),
+			ReadHeaderTimeout:                  Duration(10 * time.Second),
+			MaxHeaderBytes:                     64 << 10,
+			BodyIdleTimeout:                    Duration(60 * time.Second),
+			MaxZipEntries:                      10000,
+			MaxMetaEntrySize:                   1 << 20,
+		},
+		Store: Store{BlockSize: 256 << 10},
+	}
+}
+
+// Load reads a YAML file over the defaults. Unknown keys are errors so that a
+// misspelt setting never silently falls back to its default.
+func Load(path string) (Config, error) {
+	cfg := Default()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("read config: %w", err)
+	}
+	if err := decodeStrict(b, &cfg); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+func decodeStrict(b []byte, cfg *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil // an empty file is the defaults
+		}
+		return err
+	}
+	return nil
+}
+
+// Validate checks the whole configuration and reports every problem at once.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if c.Listen == "" {
+		add("listen: must be set (host:port)")
+	}
+	if c.Data == "" {
+		add("data: must be set (a directory)")
+	}
+	if c.DB != "" && !strings.HasPrefix(c.DB, "postgres://") && !strings.HasPrefix(c.DB, "postgresql://") {
+		add("db: %q is neither empty (SQLite in the data directory) nor a postgres:// URL", c.DB)
+	}
+	switch strings.ToLower(c.Log.Level) {
+	case "debug", "info", "warn", "error":
+	default:
+		add("log.level: %q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "json", "text":
+	default:
+		add("log.format: %q is not one of json, text", c.Log.Format)
+	}
+	r := &c.Receive
+	if r.AuthenticationRequired {
+		add("receive.authenticationRequired: sender authentication is not implemented in this version of weir; " +
+			"set it to false (the server then warns at start that senders are not authenticated)")
+	}
+	switch r.ReceiptCheckMode {
+	case FeedStatus, FeedExistence, ReceiveAll, DropAll, RejectAll:
+	default:
+		add("receive.receiptCheckMode: %q is not one of FEED_STATUS, FEED_EXISTENCE, RECEIVE_ALL, DROP_ALL, REJECT_ALL", r.ReceiptCheckMode)
+	}
+	if r.MaxRequestSize < 0 {
+		add("receive.maxRequestSize: must not be negative")
+	}
+	if len(r.MetaTypes) == 0 {
+		add("receive.metaTypes: must list at least one stream type")
+	}
+	if _, err := regexp.Compile(r.FeedNamePattern); err != nil {
+		add("receive.feedNamePattern: %v", err)
+	}
+	if r.FeedNameGenerationEnabled && strings.TrimSpace(r.FeedNameTemplate) == "" {
+		add("receive.feedNameTemplate: must be set when feedNameGenerationEnabled is true")
+	}
+	switch r.CompressedBodyWithoutHeader {
+	case CompressedStore, CompressedReject, CompressedDecompress:
+	default:
+		add("receive.compressedBodyWithoutHeader: %q is not one of store, reject, decompress", r.CompressedBodyWithoutHeader)
+	}
+	if r.MaxConcurrentReceipts < 1 {
+		add("receive.maxConcurrentReceipts: must be at least 1")
+	}
+	if r.ReadHeaderTimeout <= 0 {
+		add("receive.readHeaderTimeout: must be positive")
+	}
+	if r.BodyIdleTimeout <= 0 {
+		add("receive.bodyIdleTimeout: must be positive")
+	}
+	if r.MaxHeaderBytes < 4<<10 {
+		add("receive.maxHeaderBytes: must be at least 4KiB")
+	}
+	if r.MaxZipEntries < 1 {
+		add("receive.maxZipEntries: must be at least 1")
+	}
+	if r.MaxMetaEntrySize < 1<<10 {
+		add("receive.maxMetaEntrySize: must be at least 1KiB")
+	}
+	if c.Store.BlockSize < 4<<10 || c.Store.BlockSize > 16<<20 {
+		add("store.blockSize: must be between 4KiB and 16MiB")
+	}
+	return errors.Join(errs...)
+}
+
+// FeedNameRegexp is the compiled feed name pattern; call after Validate.
+func (c *Config) FeedNameRegexp() *regexp.Regexp {
+	return regexp.MustCompile(c.Receive.FeedNamePattern)
+}

@@ -1,0 +1,117 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseByteSize(t *testing.T) {
+	for in, want := range map[string]ByteSize{
+		"0": 0, "10": 10, "10B": 10, "512KiB": 512 << 10, "512k": 512 << 10, "10M": 10 << 20,
+		"1G": 1 << 30, "1GB": 1 << 30, "1 GiB": 1 << 30, "2T": 2 << 40,
+	} {
+		got, err := ParseByteSize(in)
+		if err != nil || got != want {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "x", "-1", "1.5G", "1P", "99999999999999T"} {
+		if _, err := ParseByteSize(bad); err == nil {
+			t.Errorf("ParseByteSize(%q) succeeded", bad)
+		}
+	}
+	if s := ByteSize(10 << 30).String(); s != "10GiB" {
+		t.Errorf("String = %s", s)
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"30s": 30 * time.Second, "1m30s": 90 * time.Second, "PT30S": 30 * time.Second,
+		"PT10M": 10 * time.Minute, "P1D": 24 * time.Hour, "PT1H2M3.5S": time.Hour + 2*time.Minute + 3500*time.Millisecond,
+	} {
+		got, err := ParseDuration(in)
+		if err != nil || got.D() != want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "P", "PT", "soon", "10"} {
+		if _, err := ParseDuration(bad); err == nil {
+			t.Errorf("ParseDuration(%q) succeeded", bad)
+		}
+	}
+}
+
+func write(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "weir.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoad(t *testing.T) {
+	cfg, err := Load(write(t, `
+listen: 127.0.0.1:9999
+node: n1
+receive:
+  receiptCheckMode: RECEIVE_ALL
+  maxRequestSize: 1G
+  bodyIdleTimeout: PT5S
+  metaTypes: [Events, Raw Events]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != "127.0.0.1:9999" || cfg.Node != "n1" || cfg.Receive.ReceiptCheckMode != ReceiveAll ||
+		cfg.Receive.MaxRequestSize != 1<<30 || cfg.Receive.BodyIdleTimeout.D() != 5*time.Second ||
+		len(cfg.Receive.MetaTypes) != 2 {
+		t.Fatalf("unexpected config %+v", cfg)
+	}
+	// Untouched settings keep their defaults.
+	if cfg.Data != "./weir-data" || cfg.Receive.MaxConcurrentReceipts != 64 {
+		t.Fatalf("defaults lost: %+v", cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadEmptyFileIsDefaults(t *testing.T) {
+	cfg, err := Load(write(t, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadRejectsUnknownKeys(t *testing.T) {
+	for _, body := range []string{"lisen: x\n", "receive:\n  maxRequestSise: 1G\n"} {
+		_, err := Load(write(t, body))
+		if err == nil || !strings.Contains(err.Error(), "not found") {
+			t.Errorf("%q: err = %v, want unknown field error", body, err)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	cfg := Default()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	cfg.Receive.AuthenticationRequired = true
+	cfg.Receive.ReceiptCheckMode = "SOMETIMES"
+	cfg.DB = "mysql://x"
+	err := cfg.Validate()
+	for _, want := range []string{"authenticationRequired", "receiptCheckMode", "db:"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v; want mention of %s", err, want)
+		}
+	}
+}

@@ -1,0 +1,244 @@
+// Package meta is weir's metadata repository: feeds and the streams posted to
+// them, stored in SQLite (the default, one file in the data directory) or
+// PostgreSQL (when a postgres:// DSN is configured).
+//
+// Both engines are used through database/sql with $n placeholders so that
+// almost every query is shared; the few engine differences are confined to
+// openSQLite/openPostgres, the migration lock and the SQLite write gate.
+package meta
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	// Drivers register themselves with database/sql under "pgx" and "sqlite".
+	_ "github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite"
+)
+
+// ErrNotFound is wrapped by errors for a feed or stream that does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrExists is wrapped by errors for a feed name that is already taken.
+var ErrExists = errors.New("already exists")
+
+const (
+	engineSQLite   = "sqlite"
+	enginePostgres = "postgres"
+
+	// sqliteFile is the database file name inside the data directory.
+	sqliteFile = "weir.db"
+)
+
+// Repo is the metadata repository. It is safe for concurrent use.
+type Repo struct {
+	db     *sql.DB
+	engine string
+	logger *slog.Logger
+
+	// writeGate serialises this process's write transactions on SQLite, where
+	// only one writer can hold the database anyway. Waiting here is ordered and
+	// immediate, whereas contending inside SQLite falls back to the busy
+	// handler's sleep-and-retry polling, which adds milliseconds of latency to
+	// every commit under load. Other processes (an admin CLI) still contend
+	// via busy_timeout. Nil on PostgreSQL, which handles concurrent writers.
+	writeGate chan struct{}
+}
+
+// Open connects and migrates. dsn "" selects SQLite in <dataDir>/weir.db; a
+// dsn starting with postgres:// or postgresql:// selects PostgreSQL. Any other
+// dsn is rejected.
+func Open(ctx context.Context, dsn, dataDir string, logger *slog.Logger) (*Repo, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	var (
+		r   *Repo
+		err error
+	)
+	switch {
+	case dsn == "":
+		r, err = openSQLite(ctx, dataDir, logger)
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		r, err = openPostgres(ctx, dsn, logger)
+	default:
+		// Never echo the DSN: it may carry a password.
+		return nil, errors.New("open metadata database: unsupported database DSN: use an empty DSN for SQLite in the data directory, or a postgres:// or postgresql:// URL")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := r.migrate(ctx); err != nil {
+		_ = r.db.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func openSQLite(ctx context.Context, dataDir string, logger *slog.Logger) (*Repo, error) {
+	if dataDir == "" {
+		return nil, errors.New("open sqlite metadata database: no data directory given")
+	}
+	if err := os.MkdirAll(dataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("open sqlite metadata database: create data directory: %w", err)
+	}
+	path, err := filepath.Abs(filepath.Join(dataDir, sqliteFile))
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite metadata database: %w", err)
+	}
+	db, err := sql.Open("sqlite", sqliteDSN(path))
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite metadata database %s: %w", path, err)
+	}
+	// WAL lets readers run alongside the single writer, so a few connections
+	// are useful; more would only add page caches, as writes serialise anyway.
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(8)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+
+	r := &Repo{db: db, engine: engineSQLite, logger: logger, writeGate: make(chan struct{}, 1)}
+	if err := r.checkSQLiteDurability(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open sqlite metadata database %s: %w", path, err)
+	}
+	logger.Info("metadata database opened", "engine", engineSQLite, "path", path)
+	return r, nil
+}
+
+// sqliteDSN builds the modernc.org/sqlite DSN for the database file at path.
+//
+// The path is a file: URI so that characters such as '?' or '#' in the data
+// directory cannot be mistaken for the start of the parameters. The
+// parameters are the durability contract: synchronous(FULL) makes every
+// committed transaction durable before Commit returns (receipts promise
+// that); WAL lets readers proceed during a write; busy_timeout makes a second
+// process (the admin CLI) wait for the lock instead of failing; and
+// _txlock=immediate takes the write lock at BEGIN, so two processes cannot
+// both hold read locks and then deadlock upgrading to write (SQLITE_BUSY that
+// no timeout resolves).
+func sqliteDSN(path string) string {
+	u := url.URL{Path: filepath.ToSlash(path)}
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Set("_txlock", "immediate")
+	return "file:" + u.EscapedPath() + "?" + q.Encode()
+}
+
+// checkSQLiteDurability verifies the pragmas took effect. A filesystem that
+// cannot do WAL silently keeps the old journal mode, which is survivable (only
+// slower) so it is logged; a synchronous level below FULL would break the
+// promise receipts make, so it is an error.
+func (r *Repo) checkSQLiteDurability(ctx context.Context) error {
+	conn, err := r.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var mode string
+	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("read journal_mode: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		r.logger.Warn("sqlite metadata database is not in WAL mode; readers will block during writes", "journal_mode", mode)
+	}
+	var syncLevel int
+	if err := conn.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&syncLevel); err != nil {
+		return fmt.Errorf("read synchronous: %w", err)
+	}
+	// 2 is FULL, 3 is EXTRA.
+	if syncLevel < 2 {
+		return fmt.Errorf("sqlite synchronous level is %d, need FULL (2) for durable commits", syncLevel)
+	}
+	return nil
+}
+
+func openPostgres(ctx context.Context, dsn string, logger *slog.Logger) (*Repo, error) {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		// pgx reports parse errors with the DSN redacted.
+		return nil, fmt.Errorf("open postgres metadata database: %w", err)
+	}
+	db.SetMaxOpenConns(16)
+	db.SetMaxIdleConns(16)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open postgres metadata database: %w", err)
+	}
+	logger.Info("metadata database opened", "engine", enginePostgres, "host", redactedHost(dsn))
+	return &Repo{db: db, engine: enginePostgres, logger: logger}, nil
+}
+
+// redactedHost returns host and database of a postgres URL for logging, never
+// the credentials.
+func redactedHost(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "?"
+	}
+	return u.Host + u.Path
+}
+
+// Close releases the database connections.
+func (r *Repo) Close() error {
+	if err := r.db.Close(); err != nil {
+		return fmt.Errorf("close metadata database: %w", err)
+	}
+	return nil
+}
+
+// Engine reports "sqlite" or "postgres".
+func (r *Repo) Engine() string { return r.engine }
+
+// Ping checks the database is reachable.
+func (r *Repo) Ping(ctx context.Context) error {
+	if err := r.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping %s metadata database: %w", r.engine, err)
+	}
+	return nil
+}
+
+// withTx runs fn in a write transaction and commits it. On SQLite the
+// transaction begins IMMEDIATE (see sqliteDSN) and in-process writers queue
+// on writeGate first.
+func (r *Repo) withTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
+	if r.writeGate != nil {
+		select {
+		case r.writeGate <- struct{}{}:
+			defer func() { <-r.writeGate }()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if err = fn(tx); err != nil {
+		return err
+	}
+	if err = tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// nowMs is the current time in epoch milliseconds, the unit of every time
+// column.
+func nowMs() int64 { return time.Now().UnixMilli() }

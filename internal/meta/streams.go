@@ -1,0 +1,321 @@
+package meta
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/weirhq/weir/internal/attr"
+)
+
+// Status is the lifecycle state of a stream.
+type Status string
+
+const (
+	Locked   Status = "LOCKED"   // being written; never readable as data
+	Unlocked Status = "UNLOCKED" // complete and durable
+	Deleted  Status = "DELETED"
+)
+
+// Stream is the metadata of one post to a feed.
+type Stream struct {
+	ID          int64
+	Feed        string
+	Type        string
+	Status      Status
+	CreateMs    int64
+	EffectiveMs int64
+	StatusMs    int64
+	Node        string // node that wrote it (restart recovery cleans up this node's LOCKED rows)
+	ReceiptID   string
+	Parts       int
+	RawSize     int64 // uncompressed bytes of all Data parts
+	FileSize    int64 // bytes on disk
+	Attributes  *attr.Map
+}
+
+// Batch is one transaction: the group committer collects many posts' work
+// into one Batch so that all of them share one commit (and one fsync).
+//
+// Apply runs Create, then Unlock, then Delete, so a Batch may unlock a stream
+// it also creates (the same *Stream in both lists).
+type Batch struct {
+	Create []*Stream // inserted with Status Locked; Apply sets each ID (and StatusMs=CreateMs)
+	Unlock []*Stream // by ID (must currently be Locked, else the whole batch fails with a clear error): sets Status=Unlocked, StatusMs, Parts, RawSize, FileSize, Attributes
+	Delete []int64   // removes rows physically (aborted writes that never became visible)
+}
+
+const streamColumns = `id, feed, type, status, create_ms, effective_ms, status_ms, node, receipt_id, parts, raw_size, file_size, attributes`
+
+// Apply commits the batch in one transaction; either all of it takes effect
+// or none does.
+//
+// Create: each stream is inserted as Locked; a zero CreateMs is set to now,
+// and ID, Status and StatusMs (=CreateMs) are written back to the struct.
+//
+// Unlock: each stream, by ID, must exist and be Locked; its Parts, RawSize,
+// FileSize and Attributes are stored, its status becomes Unlocked and its
+// StatusMs the time of this Apply (written back to the struct).
+//
+// Delete: rows are removed whatever their status; ids that do not exist are
+// ignored so that clean-up can be retried.
+//
+// The structs are changed only once the transaction has committed: after a
+// failed Apply they are exactly as the caller passed them (no ID for rows
+// that were rolled back).
+func (r *Repo) Apply(ctx context.Context, b *Batch) error {
+	if b == nil || len(b.Create)+len(b.Unlock)+len(b.Delete) == 0 {
+		return nil
+	}
+	now := nowMs()
+	type created struct {
+		id       int64
+		createMs int64
+	}
+	ids := make([]created, len(b.Create))
+	unlockAttrs := make([]string, len(b.Unlock))
+	createAttrs := make([]string, len(b.Create))
+	for i, s := range b.Create {
+		a, err := attrsJSON(s.Attributes)
+		if err != nil {
+			return fmt.Errorf("apply batch: create stream for feed %q: %w", s.Feed, err)
+		}
+		createAttrs[i] = a
+	}
+	for i, s := range b.Unlock {
+		a, err := attrsJSON(s.Attributes)
+		if err != nil {
+			return fmt.Errorf("apply batch: unlock stream %d: %w", s.ID, err)
+		}
+		unlockAttrs[i] = a
+	}
+
+	err := r.withTx(ctx, func(tx *sql.Tx) error {
+		if len(b.Create) > 0 {
+			// RETURNING works on both engines; rows are inserted one at a time
+			// because neither engine promises RETURNING order for a
+			// multi-row INSERT, and ids must map back to their structs.
+			stmt, err := tx.PrepareContext(ctx, `INSERT INTO streams
+				(feed, type, status, create_ms, effective_ms, status_ms, node, receipt_id, parts, raw_size, file_size, attributes)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+				RETURNING id`)
+			if err != nil {
+				return fmt.Errorf("prepare create: %w", err)
+			}
+			defer stmt.Close()
+			for i, s := range b.Create {
+				createMs := s.CreateMs
+				if createMs == 0 {
+					createMs = now
+				}
+				var id int64
+				if err := stmt.QueryRowContext(ctx,
+					s.Feed, s.Type, string(Locked), createMs, s.EffectiveMs, createMs, s.Node,
+					s.ReceiptID, s.Parts, s.RawSize, s.FileSize, createAttrs[i],
+				).Scan(&id); err != nil {
+					return fmt.Errorf("create stream for feed %q: %w", s.Feed, err)
+				}
+				ids[i] = created{id: id, createMs: createMs}
+			}
+		}
+		if len(b.Unlock) > 0 {
+			// The status condition makes the check and the change one
+			// statement, so no other writer can slip in between.
+			stmt, err := tx.PrepareContext(ctx, `UPDATE streams SET
+				status = $1, status_ms = $2, parts = $3, raw_size = $4, file_size = $5, attributes = $6
+				WHERE id = $7 AND status = $8`)
+			if err != nil {
+				return fmt.Errorf("prepare unlock: %w", err)
+			}
+			defer stmt.Close()
+			for i, s := range b.Unlock {
+				id := s.ID
+				for j, c := range b.Create {
+					if c == s {
+						// Created in this batch: s.ID is not set until commit.
+						id = ids[j].id
+					}
+				}
+				res, err := stmt.ExecContext(ctx, string(Unlocked), now, s.Parts, s.RawSize, s.FileSize,
+					unlockAttrs[i], id, string(Locked))
+				if err != nil {
+					return fmt.Errorf("unlock stream %d: %w", id, err)
+				}
+				n, err := res.RowsAffected()
+				if err != nil {
+					return fmt.Errorf("unlock stream %d: %w", id, err)
+				}
+				if n == 0 {
+					return r.explainUnlockMiss(ctx, tx, id)
+				}
+			}
+		}
+		if len(b.Delete) > 0 {
+			stmt, err := tx.PrepareContext(ctx, `DELETE FROM streams WHERE id = $1`)
+			if err != nil {
+				return fmt.Errorf("prepare delete: %w", err)
+			}
+			defer stmt.Close()
+			for _, id := range b.Delete {
+				if _, err := stmt.ExecContext(ctx, id); err != nil {
+					return fmt.Errorf("delete stream %d: %w", id, err)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("apply batch (%d create, %d unlock, %d delete): %w",
+			len(b.Create), len(b.Unlock), len(b.Delete), err)
+	}
+	for i, s := range b.Create {
+		s.ID = ids[i].id
+		s.Status = Locked
+		s.CreateMs = ids[i].createMs
+		s.StatusMs = ids[i].createMs
+	}
+	for _, s := range b.Unlock {
+		s.Status = Unlocked
+		s.StatusMs = now
+	}
+	return nil
+}
+
+// explainUnlockMiss turns an unlock that matched no row into an error that
+// says why: the stream is missing (wrapping ErrNotFound) or not Locked.
+func (r *Repo) explainUnlockMiss(ctx context.Context, tx *sql.Tx, id int64) error {
+	var status string
+	err := tx.QueryRowContext(ctx, `SELECT status FROM streams WHERE id = $1`, id).Scan(&status)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("unlock stream %d: %w", id, ErrNotFound)
+	case err != nil:
+		return fmt.Errorf("unlock stream %d: %w", id, err)
+	}
+	return fmt.Errorf("unlock stream %d: status is %s, only %s streams can be unlocked", id, status, Locked)
+}
+
+// GetStream returns the stream with this id, or an error wrapping
+// ErrNotFound.
+func (r *Repo) GetStream(ctx context.Context, id int64) (Stream, error) {
+	row := r.db.QueryRowContext(ctx, `SELECT `+streamColumns+` FROM streams WHERE id = $1`, id)
+	s, err := scanStream(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return Stream{}, fmt.Errorf("get stream %d: %w", id, err)
+	}
+	return s, nil
+}
+
+// StreamFilter selects streams for ListStreams; zero fields do not filter.
+type StreamFilter struct {
+	Feed      string // exact, "" = any
+	Status    Status // "" = any
+	ReceiptID string // matches the receipt_id column exactly
+	AfterID   int64  // keyset pagination: id > AfterID
+	Limit     int    // 0 -> no limit
+}
+
+// ListStreams returns the streams matching f, ordered by id ascending. To
+// page, pass the last id returned as the next AfterID.
+func (r *Repo) ListStreams(ctx context.Context, f StreamFilter) ([]Stream, error) {
+	var (
+		where []string
+		args  []any
+	)
+	add := func(cond string, arg any) {
+		args = append(args, arg)
+		where = append(where, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
+	}
+	if f.Feed != "" {
+		add("feed = ?", f.Feed)
+	}
+	if f.Status != "" {
+		add("status = ?", string(f.Status))
+	}
+	if f.ReceiptID != "" {
+		add("receipt_id = ?", f.ReceiptID)
+	}
+	if f.AfterID != 0 {
+		add("id > ?", f.AfterID)
+	}
+	q := `SELECT ` + streamColumns + ` FROM streams`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	q += ` ORDER BY id`
+	if f.Limit > 0 {
+		args = append(args, f.Limit)
+		q += ` LIMIT $` + strconv.Itoa(len(args))
+	}
+	ss, err := r.queryStreams(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list streams: %w", err)
+	}
+	return ss, nil
+}
+
+// LockedStreams returns the streams still Locked that node created, ordered
+// by id: after a restart they are writes that never completed.
+func (r *Repo) LockedStreams(ctx context.Context, node string) ([]Stream, error) {
+	ss, err := r.queryStreams(ctx,
+		`SELECT `+streamColumns+` FROM streams WHERE status = $1 AND node = $2 ORDER BY id`,
+		string(Locked), node)
+	if err != nil {
+		return nil, fmt.Errorf("list locked streams of node %q: %w", node, err)
+	}
+	return ss, nil
+}
+
+func (r *Repo) queryStreams(ctx context.Context, q string, args ...any) ([]Stream, error) {
+	rows, err := r.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ss []Stream
+	for rows.Next() {
+		s, err := scanStream(rows)
+		if err != nil {
+			return nil, err
+		}
+		ss = append(ss, s)
+	}
+	return ss, rows.Err()
+}
+
+func scanStream(s rowScanner) (Stream, error) {
+	var (
+		st     Stream
+		status string
+		attrs  string
+	)
+	if err := s.Scan(&st.ID, &st.Feed, &st.Type, &status, &st.CreateMs, &st.EffectiveMs, &st.StatusMs,
+		&st.Node, &st.ReceiptID, &st.Parts, &st.RawSize, &st.FileSize, &attrs); err != nil {
+		return Stream{}, err
+	}
+	st.Status = Status(status)
+	st.Attributes = new(attr.Map)
+	if err := st.Attributes.UnmarshalJSON([]byte(attrs)); err != nil {
+		return Stream{}, fmt.Errorf("stream %d: %w", st.ID, err)
+	}
+	return st, nil
+}
+
+// attrsJSON encodes attributes for the attributes column; nil is stored as
+// an empty object so every row decodes to a non-nil map.
+func attrsJSON(m *attr.Map) (string, error) {
+	if m == nil {
+		return "{}", nil
+	}
+	b, err := m.MarshalJSON()
+	if err != nil {
+		return "", fmt.Errorf("encode attributes: %w", err)
+	}
+	return string(b), nil
+}

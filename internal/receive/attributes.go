@@ -1,0 +1,139 @@
+package receive
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/weirhq/weir/internal/attr"
+)
+
+// notAttributes are request headers that never become stream attributes:
+// credentials, hop-by-hop and transport headers, and the compression
+// declarations (the stored data is always decompressed).
+var notAttributes = map[string]bool{
+	"authorization":           true,
+	"proxy-authorization":     true,
+	"cookie":                  true,
+	"x-amzn-oidc-accesstoken": true,
+	"x-amzn-oidc-identity":    true,
+	"x-amzn-oidc-data":        true,
+	"connection":              true,
+	"keep-alive":              true,
+	"proxy-connection":        true,
+	"te":                      true,
+	"trailer":                 true,
+	"transfer-encoding":       true,
+	"upgrade":                 true,
+	"accept":                  true,
+	"accept-encoding":         true,
+	"content-length":          true,
+	"expect":                  true,
+	"compression":             true,
+	"content-encoding":        true,
+}
+
+// knownNames restores the conventional spelling of attribute names that
+// Go's HTTP server canonicalises (EffectiveTime arrives as Effectivetime).
+// Other header names keep the canonical form; HTTP/2 senders send lower
+// case anyway. Query parameters and zip meta entries keep the sender's case.
+var knownNames = func() map[string]string {
+	m := make(map[string]string)
+	for _, k := range []string{
+		"Feed", "Type", "Compression", "System", "Environment", "EffectiveTime", "GUID",
+		"AccountId", "AccountName", "Component", "Format", "ContextFormat", "Schema",
+		"SchemaVersion", "Encoding", "ContextEncoding", "Classification", "Host",
+		"X-Forwarded-For", "RemoteFile", "SqsMessageId", "ReceiptId", "ReceiptIdPath",
+		"ReceivedTime", "ReceivedTimeHistory", "ReceivedPath", "RemoteAddress", "RemoteHost",
+		"RemoteDN", "RemoteCertExpiry", "UploadUserId", "UploadUsername", "DataReceiptRule",
+		"StreamSize", "periodStartTime", "periodEndTime", "User-Agent", "Content-Type",
+		"X-SSL-Client-V-End", "X-SSL-Client-S-DN",
+	} {
+		m[strings.ToLower(k)] = k
+	}
+	return m
+}()
+
+func attributeName(header string) string {
+	if k, ok := knownNames[strings.ToLower(header)]; ok {
+		return k
+	}
+	return header
+}
+
+// requestAttributes builds a post's attributes: headers (first value),
+// then query parameters (which win), then GUID and the remote address when
+// no GUID was sent, then this hop's receipt information. Compression is
+// left in the map for the caller to read and remove.
+func requestAttributes(r *http.Request, hop attr.Hop) *attr.Map {
+	m := &attr.Map{}
+	// Sorted so that attribute order does not depend on map iteration.
+	names := make([]string, 0, len(r.Header))
+	for name := range r.Header {
+		if lower := strings.ToLower(name); !notAttributes[lower] || lower == "compression" {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if v := r.Header[name]; len(v) > 0 {
+			m.Put(attributeName(name), v[0])
+		}
+	}
+	for _, pair := range strings.Split(r.URL.RawQuery, "&") {
+		k, v, ok := strings.Cut(pair, "=")
+		if !ok {
+			continue
+		}
+		k, v = unescape(k), unescape(v)
+		if lower := strings.ToLower(k); notAttributes[lower] && lower != "compression" {
+			continue
+		}
+		m.Put(k, v)
+	}
+	if strings.TrimSpace(m.Value("GUID")) == "" {
+		m.Put("GUID", newUUID())
+		host := r.RemoteAddr
+		if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+			host = h
+		}
+		if host != "" {
+			m.Put("RemoteAddress", host)
+			m.Put("RemoteHost", host) // no reverse DNS lookup on the receive path
+		}
+	}
+	attr.AddReceiptInfo(m, hop)
+	return m
+}
+
+// unescape decodes a query component; a malformed escape keeps the raw text
+// rather than losing the sender's value.
+func unescape(s string) string {
+	if u, err := url.QueryUnescape(s); err == nil {
+		return u
+	}
+	return s
+}
+
+// newUUID returns a random (version 4) UUID in lower-case hex with dashes.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	var out [36]byte
+	hex.Encode(out[0:8], b[0:4])
+	out[8] = '-'
+	hex.Encode(out[9:13], b[4:6])
+	out[13] = '-'
+	hex.Encode(out[14:18], b[6:8])
+	out[18] = '-'
+	hex.Encode(out[19:23], b[8:10])
+	out[23] = '-'
+	hex.Encode(out[24:36], b[10:16])
+	return string(out[:])
+}

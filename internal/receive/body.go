@@ -1,0 +1,285 @@
+package receive
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/weirhq/weir/internal/attr"
+	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/store"
+	"github.com/weirhq/weir/internal/streamfile"
+)
+
+// bodyReader reads the request body: it bounds its size, gives up on a
+// sender that stops sending, and remembers the first failure as a status so
+// that a decoder's own error never hides the real cause.
+type bodyReader struct {
+	r     io.Reader
+	rc    *http.ResponseController
+	idle  time.Duration
+	limit int64 // 0: unlimited
+	n     int64
+	err   error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if b.limit > 0 && int64(len(p)) > b.limit-b.n+1 {
+		p = p[:b.limit-b.n+1] // one byte past the limit is enough to know it was exceeded
+	}
+	_ = b.rc.SetReadDeadline(time.Now().Add(b.idle)) // unsupported transports keep their own timeouts
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	switch {
+	case b.limit > 0 && b.n > b.limit:
+		b.err = errorf(TooLarge, "Maximum request size exceeded (%s, receive.maxRequestSize): the body is larger", config.ByteSize(b.limit))
+	case err == nil || err == io.EOF:
+		return n, err
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		b.err = errorf(UnknownError, "the sender sent no data for %s (receive.bodyIdleTimeout)", b.idle)
+	default:
+		b.err = wrap(UnknownError, err, "reading the request body failed")
+	}
+	return n, b.err
+}
+
+// limitReader bounds the decoded size of a body.
+type limitReader struct {
+	r     io.Reader
+	limit int64
+	n     int64
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.limit > 0 && int64(len(p)) > l.limit-l.n+1 {
+		p = p[:l.limit-l.n+1]
+	}
+	n, err := l.r.Read(p)
+	l.n += int64(n)
+	if l.limit > 0 && l.n > l.limit {
+		return n, errorf(TooLarge, "Maximum request size exceeded (%s, receive.maxRequestSize): the decompressed data is larger", config.ByteSize(l.limit))
+	}
+	return n, err
+}
+
+func (h *Handler) limit() int64 { return int64(h.cfg.MaxRequestSize) }
+
+// receiveBody decodes and stores the body of a post that passed its checks.
+func (p *post) receiveBody(compression, contentEncoding string, deferFeedCheck bool) (outcome, error) {
+	h := p.h
+	raw := &bodyReader{r: p.r.Body, rc: http.NewResponseController(p.w), idle: h.cfg.BodyIdleTimeout.D(), limit: h.limit()}
+	defer func() { p.rawBytes = raw.n }()
+	var src io.Reader = raw
+	if contentEncoding != "" && contentEncoding != "identity" {
+		dec, release, err := h.decoders.open(contentEncoding, raw)
+		if err != nil {
+			if err == io.EOF && raw.n == 0 {
+				return outcomeEmpty, nil // an empty body is empty however it is declared
+			}
+			return "", p.readError(raw, err, true)
+		}
+		defer release()
+		src = &limitReader{r: dec, limit: h.limit()}
+	}
+	br := bufio.NewReaderSize(src, 64<<10)
+	magic, err := br.Peek(4)
+	if len(magic) == 0 {
+		if err == io.EOF {
+			return outcomeEmpty, nil
+		}
+		return "", p.readError(raw, err, contentEncoding != "")
+	}
+
+	if compression == "" || compression == "NONE" {
+		if format := sniff(magic); format != "" {
+			p.flagged = format
+			if m := h.opt.Metrics; m != nil {
+				m.undeclared.WithLabelValues(format).Inc()
+			}
+			switch h.cfg.CompressedBodyWithoutHeader {
+			case config.CompressedReject:
+				return "", errorf(UndeclaredCompression, "the body starts like %s data but Compression is %q; "+
+					"send Compression: %s (or Content-Encoding: gzip) or send the data uncompressed", format, p.compression, upper(format))
+			case config.CompressedDecompress:
+				compression = upper(format)
+			default:
+				p.attrs.Put("UndeclaredCompression", upper(format))
+			}
+		}
+	}
+	switch compression {
+	case "GZIP":
+		gz, release, err := h.decoders.open("gzip", br)
+		if err != nil {
+			return "", p.readError(raw, err, true)
+		}
+		defer release()
+		return p.storeSingle(raw, &limitReader{r: gz, limit: h.limit()}, true)
+	case "ZIP":
+		return p.storeZip(raw, br, deferFeedCheck)
+	}
+	return p.storeSingle(raw, br, contentEncoding != "")
+}
+
+func upper(format string) string {
+	if format == "gzip" {
+		return "GZIP"
+	}
+	return "ZIP"
+}
+
+// sniff names the compressed format whose magic bytes start b, if any.
+func sniff(b []byte) string {
+	switch {
+	case len(b) >= 2 && b[0] == 0x1f && b[1] == 0x8b:
+		return "gzip"
+	case len(b) >= 4 && bytes.HasPrefix(b, []byte("PK")) &&
+		(b[2] == 3 && b[3] == 4 || b[2] == 5 && b[3] == 6 || b[2] == 7 && b[3] == 8):
+		return "zip"
+	}
+	return ""
+}
+
+// readError classifies a failure to read the (decoded) body: the body's
+// own failure or limit wins; otherwise a decoder failed, which means the
+// compressed data is invalid.
+func (p *post) readError(raw *bodyReader, err error, decoding bool) error {
+	if raw.err != nil {
+		return raw.err
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	if decoding {
+		return wrap(CompressedInvalid, err, "the data could not be decompressed")
+	}
+	return wrap(UnknownError, err, "reading the request body failed")
+}
+
+// storeError classifies a failure of the store.
+func storeError(err error) error {
+	if store.IsNoSpace(err) {
+		return wrap(Unavailable, err, "the store is out of disk space")
+	}
+	return wrap(UnknownError, err, "storing the data failed")
+}
+
+// effectiveMs is the stream's effective time: EffectiveTime, else the
+// legacy periodStartTime, else the receive time.
+func (p *post) effectiveMs(a *attr.Map) int64 {
+	for _, k := range []string{"EffectiveTime", "periodStartTime"} {
+		if v := a.Value(k); v != "" {
+			if t, err := attr.ParseTime(v); err == nil {
+				return t.UnixMilli()
+			}
+		}
+	}
+	return p.received.UnixMilli()
+}
+
+// storeSingle stores an uncompressed or gzip body as one stream of one part.
+func (p *post) storeSingle(raw *bodyReader, src io.Reader, decoding bool) (outcome, error) {
+	ctx := p.r.Context()
+	post := p.h.opt.Store.Begin()
+	committed := false
+	defer func() {
+		if !committed {
+			post.Abort()
+		}
+	}()
+	sw, err := post.NewStream(ctx, store.Spec{
+		Feed: p.feed, Type: p.typ, CreateMs: p.received.UnixMilli(),
+		EffectiveMs: p.effectiveMs(p.attrs), ReceiptID: p.receiptID,
+	})
+	if err != nil {
+		return "", storeError(err)
+	}
+	n, err := p.copySection(sw, streamfile.Data, 0, src, func(err error) error { return p.readError(raw, err, decoding) })
+	if err != nil {
+		return "", err
+	}
+	if n == 0 {
+		// A gzip body that decompresses to nothing: nothing to store.
+		return outcomeEmpty, nil
+	}
+	a := p.attrs.Clone()
+	a.Put("StreamSize", strconv.FormatInt(n, 10))
+	if err := p.writeMeta(sw, 0, a); err != nil {
+		return "", err
+	}
+	sw.SetAttributes(a)
+	return p.commit(post, &committed, n)
+}
+
+func (p *post) commit(post *store.Post, committed *bool, stored int64) (outcome, error) {
+	streams, err := post.Commit(p.r.Context())
+	if err != nil {
+		return "", storeError(err)
+	}
+	*committed = true
+	p.storedBytes = stored
+	for _, s := range streams {
+		p.streams = append(p.streams, s.ID)
+	}
+	return outcomeReceived, nil
+}
+
+// copySection copies src into one section of a stream. Read failures are
+// classified by readErr; write failures are the store's.
+func (p *post) copySection(sw *store.Writer, ch streamfile.Channel, part int, src io.Reader, readErr func(error) error) (int64, error) {
+	dst, err := sw.Open(ch, part)
+	if err != nil {
+		return 0, storeError(err)
+	}
+	bp := p.h.bufs.Get().(*[]byte)
+	defer p.h.bufs.Put(bp)
+	buf := *bp
+	var total int64
+	for {
+		n, rerr := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				_ = dst.Close()
+				return total, storeError(werr)
+			}
+			total += int64(n)
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			_ = dst.Close()
+			return total, readErr(rerr)
+		}
+	}
+	if err := dst.Close(); err != nil {
+		return total, storeError(err)
+	}
+	return total, nil
+}
+
+// writeMeta stores a part's attributes as its Meta Data child.
+func (p *post) writeMeta(sw *store.Writer, part int, a *attr.Map) error {
+	w, err := sw.Open(streamfile.Meta, part)
+	if err != nil {
+		return storeError(err)
+	}
+	if _, err := w.Write(attr.AppendMeta(nil, a)); err != nil {
+		_ = w.Close()
+		return storeError(err)
+	}
+	if err := w.Close(); err != nil {
+		return storeError(fmt.Errorf("meta data: %w", err))
+	}
+	return nil
+}

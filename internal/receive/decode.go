@@ -1,0 +1,53 @@
+package receive
+
+import (
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zlib"
+	"github.com/klauspost/compress/zstd"
+)
+
+// decoderPools reuses gzip readers, whose buffers are the main cost of
+// starting one; the others are rare on the datafeed and made per post.
+type decoderPools struct {
+	gzip sync.Pool
+}
+
+// open returns a decoder for a content coding (gzip, x-gzip, deflate,
+// zstd) reading from r, and a func that releases it.
+func (d *decoderPools) open(coding string, r io.Reader) (io.Reader, func(), error) {
+	switch coding {
+	case "gzip", "x-gzip":
+		// Multi-member gzip (concatenated files) is read as one stream, and
+		// bytes after a member that do not start another are an error.
+		if zr, ok := d.gzip.Get().(*gzip.Reader); ok {
+			if err := zr.Reset(r); err != nil {
+				d.gzip.Put(zr)
+				return nil, nil, err
+			}
+			return zr, func() { d.gzip.Put(zr) }, nil
+		}
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		return zr, func() { d.gzip.Put(zr) }, nil
+	case "deflate":
+		// HTTP's deflate coding is the zlib format (RFC 9110).
+		zr, err := zlib.NewReader(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		return zr, func() { _ = zr.Close() }, nil
+	case "zstd":
+		zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
+			zstd.WithDecoderMaxWindow(32<<20))
+		if err != nil {
+			return nil, nil, err
+		}
+		return zr, zr.Close, nil
+	}
+	return nil, nil, errorf(UnknownCompression, "Content-Encoding %q is not supported: use gzip, deflate or zstd, or send the body as it is", coding)
+}

@@ -1,0 +1,341 @@
+// Package receive is the /datafeed endpoint: it turns a post into
+// attributes, runs the receipt checks before reading the body, decodes the
+// body as declared, stores it durably as one or more streams and answers
+// with a receipt id, or with a status code and a message the sender can act on.
+package receive
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/weirhq/weir/internal/attr"
+	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/feed"
+	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/receipt"
+	"github.com/weirhq/weir/internal/store"
+)
+
+// Feeds is what the handler needs to know about feeds.
+type Feeds interface {
+	GetFeed(ctx context.Context, name string) (feed.Feed, error)
+	CreateFeed(ctx context.Context, f feed.Feed) error
+}
+
+// Options wires a Handler.
+type Options struct {
+	Config   config.Receive
+	Feeds    Feeds
+	Store    *store.Store
+	IDs      *receipt.Generator
+	Host     string // this host's name, appended to ReceivedPath
+	TempDir  string // where zip bodies are staged; on the same disk as the store
+	Log      *slog.Logger
+	Metrics  *Metrics // may be nil
+	Now      func() time.Time
+}
+
+// Handler serves the datafeed paths.
+type Handler struct {
+	opt      Options
+	cfg      config.Receive
+	feedName *regexp.Regexp
+	types    map[string]string // lower-case type -> configured spelling
+	slots    chan struct{}
+	decoders decoderPools
+	bufs     sync.Pool
+}
+
+// New builds a Handler. opt.Config must have passed config.Validate.
+func New(opt Options) *Handler {
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{
+		opt:      opt,
+		cfg:      opt.Config,
+		feedName: regexp.MustCompile(opt.Config.FeedNamePattern),
+		types:    make(map[string]string),
+		slots:    make(chan struct{}, opt.Config.MaxConcurrentReceipts),
+	}
+	for _, t := range opt.Config.MetaTypes {
+		h.types[strings.ToLower(t)] = t
+	}
+	h.bufs.New = func() any { b := make([]byte, 64<<10); return &b }
+	return h
+}
+
+// Paths are the datafeed paths, as the reference system registers them.
+var Paths = []string{"/datafeed", "/stroom/datafeed", "/stroom/noauth/datafeed"}
+
+// Register adds the datafeed routes to mux: POST and PUT on each path and
+// everything below it; other methods get 405 from the mux.
+func (h *Handler) Register(mux *http.ServeMux) {
+	for _, p := range Paths {
+		for _, m := range []string{http.MethodPost, http.MethodPut} {
+			mux.Handle(m+" "+p, h)
+			mux.Handle(m+" "+p+"/", h)
+		}
+	}
+}
+
+// outcome is how a post ended, for the receive log and metrics.
+type outcome string
+
+const (
+	outcomeReceived outcome = "received"
+	outcomeEmpty    outcome = "empty" // nothing to store: empty body or a zip without entries
+	outcomeDropped  outcome = "dropped"
+	outcomeRejected outcome = "rejected" // the sender must change something (4xx-type codes)
+	outcomeError    outcome = "error"    // failed here; the sender may retry
+)
+
+// post is the state of one request.
+type post struct {
+	h           *Handler
+	r           *http.Request
+	w           http.ResponseWriter
+	receiptID   string
+	received    time.Time
+	attrs       *attr.Map
+	feed        string // the feed as checked (may be generated)
+	typ         string // resolved stream type
+	compression string // as sent, for messages
+	feedKnown   bool   // the feed exists (a safe metric label)
+	rawBytes    int64
+	storedBytes int64
+	streams     []int64
+	flagged     string // undeclared compression detected: "gzip" or "zip"
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	now := h.opt.Now()
+	id := h.opt.IDs.Next().String()
+	p := &post{h: h, r: r, w: w, receiptID: id, received: now}
+	out, err := p.run()
+	var e *Error
+	if err != nil {
+		e = asError(err)
+		out = outcomeError
+		if e.Code.HTTPStatus() == http.StatusNotAcceptable {
+			out = outcomeRejected
+		}
+		msg := message(e, p.feed, p.compression, p.typ)
+		writeError(w, e, msg, int(h.cfg.RetryAfter.D().Seconds()))
+		p.log(out, e, msg, now)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(id + "\n"))
+	p.log(out, nil, "OK", now)
+}
+
+// run takes a post through checks, decoding and storage.
+func (p *post) run() (outcome, error) {
+	h := p.h
+	p.attrs = requestAttributes(p.r, attr.Hop{ReceiptID: p.receiptID, Time: p.received, Host: h.opt.Host})
+	p.compression = p.attrs.Value("Compression")
+	p.attrs.Delete("Compression")
+	compression := strings.ToUpper(p.compression)
+	contentEncoding := strings.ToLower(strings.TrimSpace(p.r.Header.Get("Content-Encoding")))
+	p.feed = p.attrs.Value("Feed")
+
+	// Checks that can reject a post run before its body is read. A zip
+	// without a Feed header may name its feeds in its meta entries, so its
+	// checks run per part once the entries are known.
+	deferFeedCheck := compression == "ZIP" && p.feed == "" && !h.cfg.FeedNameGenerationEnabled
+	if !deferFeedCheck {
+		d, err := h.check(p.r.Context(), p.attrs)
+		p.feed, p.typ, p.feedKnown = d.feed, d.typ, d.known
+		if err != nil {
+			return "", err
+		}
+		if d.drop {
+			return outcomeDropped, nil
+		}
+	} else if t := p.attrs.Value("Type"); t != "" {
+		if _, err := h.streamType(t); err != nil {
+			return "", err
+		}
+	}
+
+	switch compression {
+	case "", "NONE", "GZIP", "ZIP":
+	default:
+		return "", errorf(UnknownCompression, "Compression %q is not one of ZIP, GZIP or NONE", p.compression)
+	}
+	if contentEncoding != "" && contentEncoding != "identity" && (compression == "GZIP" || compression == "ZIP") {
+		return "", errorf(CompressedInvalid, "the body is declared compressed twice (Content-Encoding: %s and Compression: %s); "+
+			"send only one of them", contentEncoding, compression)
+	}
+
+	select {
+	case h.slots <- struct{}{}:
+		defer func() { <-h.slots }()
+	default:
+		return "", errorf(Unavailable, "more than %d posts are being received at once", cap(h.slots))
+	}
+	if m := h.opt.Metrics; m != nil {
+		m.inflight.Inc()
+		defer m.inflight.Dec()
+	}
+	return p.receiveBody(compression, contentEncoding, deferFeedCheck)
+}
+
+// decision is the result of the receipt checks for one feed and type.
+type decision struct {
+	feed, typ string
+	known     bool // the feed exists
+	drop      bool
+	create    bool // the feed was generated and is to be created
+}
+
+// check runs the receipt checks on a set of attributes, in the reference
+// system's order: type, feed name (or its generation), then the receipt
+// check mode. It may set Feed in attrs (generation).
+func (h *Handler) check(ctx context.Context, attrs *attr.Map) (decision, error) {
+	var d decision
+	if t := attrs.Value("Type"); t != "" {
+		typ, err := h.streamType(t)
+		if err != nil {
+			return d, err
+		}
+		d.typ = typ
+	}
+	d.feed = attrs.Value("Feed")
+	generated := false
+	if d.feed == "" {
+		if !h.cfg.FeedNameGenerationEnabled {
+			return d, errorf(FeedMustBeSpecified, "send the feed name in a Feed header")
+		}
+		if missing, ok := feed.MissingMandatory(h.cfg.FeedNameGenerationMandatoryHeaders, attrs); ok {
+			return d, errorf(MandatoryHeaderMissing, "Mandatory header '%s' must be provided", missing)
+		}
+		d.feed = feed.GenerateName(h.cfg.FeedNameTemplate, attrs)
+		if d.feed == "" {
+			return d, errorf(FeedMustBeSpecified, "the feed name template produced an empty name")
+		}
+		attrs.Put("Feed", d.feed)
+		generated = true
+	}
+
+	mode := h.cfg.ReceiptCheckMode
+	switch mode {
+	case config.RejectAll:
+		return d, errorf(RejectedByPolicy, "this service rejects all data (receiptCheckMode REJECT_ALL)")
+	case config.DropAll:
+		d.drop = true
+		return d, nil
+	}
+	f, err := h.opt.Feeds.GetFeed(ctx, d.feed)
+	switch {
+	case err == nil:
+		d.known = true
+	case !errors.Is(err, meta.ErrNotFound):
+		return d, wrap(UnknownError, err, "looking up feed %q", d.feed)
+	case generated && h.cfg.FeedNameGenerationAutoCreate:
+		if err := feed.ValidateName(h.feedName, d.feed); err != nil {
+			return d, wrap(FeedNotDefined, err, "the generated feed cannot be created")
+		}
+		f = feed.Feed{Name: d.feed, Description: "created by feed name generation"}.WithDefaults()
+		if err := h.opt.Feeds.CreateFeed(ctx, f); err != nil {
+			if !errors.Is(err, meta.ErrExists) {
+				return d, wrap(UnknownError, err, "creating generated feed %q", d.feed)
+			}
+			// A concurrent post created it first: use what it created.
+			if f, err = h.opt.Feeds.GetFeed(ctx, d.feed); err != nil {
+				return d, wrap(UnknownError, err, "looking up feed %q", d.feed)
+			}
+		}
+		d.known = true
+	}
+	switch mode {
+	case config.FeedStatus:
+		if !d.known {
+			return d, errorf(FeedNotReceiving, "feed %q does not exist", d.feed)
+		}
+		switch f.Status {
+		case feed.Reject:
+			return d, errorf(FeedNotReceiving, "feed %q has status REJECT", d.feed)
+		case feed.Drop:
+			d.drop = true
+		}
+	case config.FeedExistence:
+		if !d.known {
+			return d, errorf(FeedNotDefined, "feed %q does not exist", d.feed)
+		}
+	}
+	if d.typ == "" {
+		d.typ = "Raw Events"
+		if d.known && f.StreamType != "" {
+			typ, err := h.streamType(f.StreamType)
+			if err != nil {
+				return d, errorf(UnexpectedType, "feed %q has default stream type %q, which is not one of receive.metaTypes", d.feed, f.StreamType)
+			}
+			d.typ = typ
+		}
+	}
+	return d, nil
+}
+
+// streamType matches a Type against the configured types, case-insensitively,
+// and returns the configured spelling.
+func (h *Handler) streamType(t string) (string, error) {
+	if canon, ok := h.types[strings.ToLower(t)]; ok {
+		return canon, nil
+	}
+	return "", errorf(InvalidType, "Type %q is not one of %s", t, strings.Join(h.cfg.MetaTypes, ", "))
+}
+
+// log writes the post's receive-log line and updates the metrics.
+func (p *post) log(out outcome, e *Error, msg string, start time.Time) {
+	d := p.h.opt.Now().Sub(start)
+	code := 0
+	if e != nil {
+		code = int(e.Code)
+	}
+	level := slog.LevelInfo
+	switch out {
+	case outcomeError:
+		level = slog.LevelError
+	case outcomeRejected:
+		level = slog.LevelWarn
+	}
+	args := []any{
+		"receiptId", p.receiptID, "outcome", string(out), "feed", p.feed, "type", p.typ,
+		"status", code, "bytes", p.rawBytes, "storedBytes", p.storedBytes,
+		"durationMs", d.Milliseconds(), "path", p.r.URL.Path, "remote", p.r.RemoteAddr,
+	}
+	if p.attrs != nil {
+		args = append(args, "guid", p.attrs.Value("GUID"))
+	}
+	if len(p.streams) > 0 {
+		args = append(args, "streams", p.streams)
+	}
+	if p.flagged != "" {
+		args = append(args, "undeclaredCompression", p.flagged)
+	}
+	args = append(args, "message", msg)
+	p.h.opt.Log.Log(context.Background(), level, "receive", args...)
+	if m := p.h.opt.Metrics; m != nil {
+		label := "-"
+		if p.feedKnown {
+			label = p.feed
+		}
+		m.requests.WithLabelValues(label, string(out), strconv.Itoa(code)).Inc()
+		m.bytes.WithLabelValues(label).Add(float64(p.rawBytes))
+		m.stored.WithLabelValues(label).Add(float64(p.storedBytes))
+		m.duration.WithLabelValues(string(out)).Observe(d.Seconds())
+	}
+}

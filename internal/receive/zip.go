@@ -1,0 +1,262 @@
+package receive
+
+import (
+	"archive/zip"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"strconv"
+
+	"github.com/weirhq/weir/internal/attr"
+	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/store"
+	"github.com/weirhq/weir/internal/streamfile"
+	"github.com/weirhq/weir/internal/stroomzip"
+)
+
+// zipTarget is the stream that parts with one feed and type go to.
+type zipTarget struct {
+	w     *store.Writer
+	parts int
+	size  int64
+	attrs *attr.Map
+}
+
+// storeZip stores a body in the Stroom zip format. The body is staged to a
+// file first: a zip's directory is at its end, and reading it from a file
+// lets weir check the entry count and every part's feed before storing
+// anything, and read zips that stream readers cannot (data descriptors).
+func (p *post) storeZip(raw *bodyReader, body io.Reader, deferFeedCheck bool) (outcome, error) {
+	h := p.h
+	f, err := os.CreateTemp(h.opt.TempDir, "zip-*.staging")
+	if err != nil {
+		return "", storeError(err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	size, err := io.Copy(f, body)
+	if err != nil {
+		if raw.err != nil {
+			return "", raw.err
+		}
+		var e *Error
+		if errors.As(err, &e) {
+			return "", e
+		}
+		return "", storeError(err)
+	}
+
+	count, err := stroomzip.EntryCount(f, size)
+	if err != nil {
+		return "", wrap(CompressedInvalid, err, "the body is not a valid zip file")
+	}
+	if count > uint64(h.cfg.MaxZipEntries) {
+		return "", errorf(TooLarge, "the zip has %d entries, more than receive.maxZipEntries (%d)", count, h.cfg.MaxZipEntries)
+	}
+	zr, err := zip.NewReader(f, size)
+	if err != nil {
+		return "", wrap(CompressedInvalid, err, "the body is not a valid zip file")
+	}
+	names := make([]string, len(zr.File))
+	for i, zf := range zr.File {
+		names[i] = zf.Name
+	}
+	groups, err := stroomzip.Groups(names)
+	if err != nil {
+		return "", wrap(InvalidDataFormat, err, "the zip breaks the Stroom zip format")
+	}
+
+	ctx := p.r.Context()
+	post := h.opt.Store.Begin()
+	committed := false
+	defer func() {
+		if !committed {
+			post.Abort()
+		}
+	}()
+	hop := attr.Hop{ReceiptID: p.receiptID, Time: p.received, Host: h.opt.Host}
+	decoded := &zipBudget{limit: h.limit()}
+	targets := make(map[[2]string]*zipTarget)
+	var order []*zipTarget
+	decisions := make(map[[2]string]decision)
+	var stored int64
+	for gi := range groups {
+		g := &groups[gi]
+		entry := &attr.Map{}
+		// A manifest's attributes apply first; the meta entry's override them.
+		for _, k := range []stroomzip.Kind{stroomzip.Manifest, stroomzip.Meta} {
+			if i := g.Entry(k); i >= 0 {
+				m, err := p.readMetaEntry(zr.File[i], decoded)
+				if err != nil {
+					return "", err
+				}
+				entry.Overlay(m)
+			}
+		}
+		merged := attr.MergeEntry(p.attrs, entry, hop)
+		d, err := p.checkPart(ctx, merged, decisions, g.Base, deferFeedCheck)
+		if err != nil {
+			return "", err
+		}
+		if d.drop {
+			continue
+		}
+		key := [2]string{d.feed, d.typ}
+		t := targets[key]
+		if t == nil {
+			w, err := post.NewStream(ctx, store.Spec{
+				Feed: d.feed, Type: d.typ, CreateMs: p.received.UnixMilli(),
+				EffectiveMs: p.effectiveMs(merged), ReceiptID: p.receiptID,
+			})
+			if err != nil {
+				return "", storeError(err)
+			}
+			sa := p.attrs.Clone()
+			sa.Put("Feed", d.feed)
+			sa.Put("Type", d.typ)
+			t = &zipTarget{w: w, attrs: sa}
+			targets[key] = t
+			order = append(order, t)
+			if p.feed == "" {
+				p.feed, p.typ, p.feedKnown = d.feed, d.typ, d.known
+			}
+		}
+		part := t.parts
+		t.parts++
+		n, err := p.copyEntry(t.w, streamfile.Data, part, zr.File, g.Entry(stroomzip.Data), decoded)
+		if err != nil {
+			return "", err
+		}
+		if i := g.Entry(stroomzip.Context); i >= 0 {
+			if _, err := p.copyEntry(t.w, streamfile.Context, part, zr.File, i, decoded); err != nil {
+				return "", err
+			}
+		}
+		merged.Put("Feed", d.feed)
+		merged.Put("Type", d.typ)
+		merged.Put("StreamSize", strconv.FormatInt(n, 10))
+		if err := p.writeMeta(t.w, part, merged); err != nil {
+			return "", err
+		}
+		t.size += n
+		stored += n
+	}
+	if len(order) == 0 {
+		if len(groups) == 0 {
+			return outcomeEmpty, nil
+		}
+		return outcomeDropped, nil
+	}
+	for _, t := range order {
+		t.attrs.Put("StreamSize", strconv.FormatInt(t.size, 10))
+		t.w.SetAttributes(t.attrs)
+	}
+	return p.commit(post, &committed, stored)
+}
+
+// checkPart runs the receipt checks for one part's feed and type, once per
+// distinct pair in a post. Every part is checked, including parts whose
+// meta entry names another feed, and any rejection rejects the whole post.
+func (p *post) checkPart(ctx context.Context, a *attr.Map, cache map[[2]string]decision, base string, deferred bool) (decision, error) {
+	key := [2]string{a.Value("Feed"), a.Value("Type")}
+	if d, ok := cache[key]; ok {
+		return d, nil
+	}
+	d, err := p.h.check(ctx, a)
+	if err != nil {
+		var e *Error
+		if deferred && errors.As(err, &e) && e.Code == FeedMustBeSpecified {
+			return d, errorf(FeedMustBeSpecified, "part %q has no Feed in its meta entry and the post has no Feed header", base)
+		}
+		if errors.As(err, &e) {
+			e.Detail = "part " + strconv.Quote(base) + ": " + e.Detail
+		}
+		if p.feed == "" {
+			p.feed, p.typ = d.feed, d.typ
+		}
+		return d, err
+	}
+	cache[key] = d
+	return d, nil
+}
+
+// zipBudget counts decompressed bytes across all entries of a zip, so that
+// maxRequestSize bounds what a zip expands to (zip bombs included).
+type zipBudget struct {
+	limit int64
+	n     int64
+}
+
+func (b *zipBudget) reader(r io.Reader) io.Reader { return &budgetReader{r: r, b: b} }
+
+type budgetReader struct {
+	r io.Reader
+	b *zipBudget
+}
+
+func (r *budgetReader) Read(p []byte) (int, error) {
+	b := r.b
+	if b.limit > 0 && int64(len(p)) > b.limit-b.n+1 {
+		p = p[:b.limit-b.n+1]
+	}
+	n, err := r.r.Read(p)
+	b.n += int64(n)
+	if b.limit > 0 && b.n > b.limit {
+		return n, errorf(TooLarge, "Maximum request size exceeded (%s, receive.maxRequestSize): the zip's entries decompress to more", config.ByteSize(b.limit))
+	}
+	return n, err
+}
+
+// copyEntry copies zip entry i (or nothing, when i < 0, so that the part
+// still has its section) into one section of a stream.
+func (p *post) copyEntry(w *store.Writer, ch streamfile.Channel, part int, files []*zip.File, i int, budget *zipBudget) (int64, error) {
+	var src io.Reader = eofReader{}
+	var name string
+	if i >= 0 {
+		name = files[i].Name
+		rc, err := files[i].Open()
+		if err != nil {
+			return 0, wrap(CompressedInvalid, err, "zip entry %q cannot be read", name)
+		}
+		defer rc.Close()
+		src = budget.reader(rc)
+	}
+	return p.copySection(w, ch, part, src, func(err error) error {
+		var e *Error
+		if errors.As(err, &e) {
+			return e
+		}
+		return wrap(CompressedInvalid, err, "zip entry %q is corrupt", name)
+	})
+}
+
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
+// readMetaEntry reads and parses a meta or manifest entry, bounded in size.
+func (p *post) readMetaEntry(zf *zip.File, budget *zipBudget) (*attr.Map, error) {
+	max := int64(p.h.cfg.MaxMetaEntrySize)
+	rc, err := zf.Open()
+	if err != nil {
+		return nil, wrap(CompressedInvalid, err, "zip entry %q cannot be read", zf.Name)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(budget.reader(rc), max+1))
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			return nil, e
+		}
+		return nil, wrap(CompressedInvalid, err, "zip entry %q is corrupt", zf.Name)
+	}
+	if int64(len(b)) > max {
+		return nil, errorf(TooLarge, "zip meta entry %q is larger than receive.maxMetaEntrySize (%s)", zf.Name, config.ByteSize(max))
+	}
+	m, err := attr.ParseMeta(b)
+	if err != nil {
+		return nil, wrap(InvalidDataFormat, err, "zip meta entry %q", zf.Name)
+	}
+	return m, nil
+}

@@ -1,0 +1,27 @@
+package store
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the store's Prometheus metrics.
+type Metrics struct {
+	batchSize     prometheus.Histogram
+	commitSeconds prometheus.Histogram
+}
+
+// NewMetrics creates the store metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "weir_store_commit_batch_size",
+			Help:    "Requests (post creations, commits, aborts) made durable by one group commit (one metadata transaction and shared directory fsyncs).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}),
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "weir_store_commit_seconds",
+			Help:    "Time taken by one group commit.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+	}
+	reg.MustRegister(m.batchSize, m.commitSeconds)
+	return m
+}

@@ -1,0 +1,351 @@
+// Package store keeps streams: one immutable stream file per stream on a
+// volume, plus its metadata row. A stream becomes visible (UNLOCKED) only
+// after its file is fsynced, renamed into place, its directory fsynced and its
+// row committed; concurrent posts share directory fsyncs and one metadata
+// transaction through a group committer.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/weirhq/weir/internal/attr"
+	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/streamfile"
+)
+
+// Repo is the part of the metadata repository the store needs.
+type Repo interface {
+	Apply(ctx context.Context, b *meta.Batch) error
+	GetStream(ctx context.Context, id int64) (meta.Stream, error)
+	LockedStreams(ctx context.Context, node string) ([]meta.Stream, error)
+}
+
+// Options configures a Store.
+type Options struct {
+	Root      string // directory holding stream files
+	Node      string // this node's name; its LOCKED rows are cleaned up at start
+	BlockSize int    // uncompressed bytes per compressed block
+	Logger    *slog.Logger
+	Metrics   *Metrics // may be nil
+	Now       func() time.Time
+}
+
+// Store writes and reads streams.
+type Store struct {
+	opt     Options
+	repo    Repo
+	codec   *streamfile.Codec
+	commits chan *request
+	done    chan struct{}
+	closeMu sync.RWMutex // held for reading while a request is submitted; Close takes it to stop submissions
+	closed  bool
+}
+
+// ErrNotReadable is returned by Open for a stream that exists but is not
+// complete (LOCKED) or was deleted.
+var ErrNotReadable = errors.New("stream is not readable")
+
+// ErrClosed is returned after Close.
+var ErrClosed = errors.New("store is closed")
+
+// Open starts a store: it cleans up streams this node left LOCKED (a crash
+// while they were written) and starts the group committer.
+func Open(ctx context.Context, repo Repo, codec *streamfile.Codec, opt Options) (*Store, error) {
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.BlockSize == 0 {
+		opt.BlockSize = streamfile.DefaultBlockSize
+	}
+	if err := os.MkdirAll(opt.Root, 0o750); err != nil {
+		return nil, fmt.Errorf("create store root: %w", err)
+	}
+	s := &Store{opt: opt, repo: repo, codec: codec, commits: make(chan *request, 1024), done: make(chan struct{})}
+	if err := s.recover(ctx); err != nil {
+		return nil, err
+	}
+	go s.commitLoop()
+	return s, nil
+}
+
+// Close stops the committer after the requests already submitted.
+func (s *Store) Close() {
+	s.closeMu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.commits)
+	}
+	s.closeMu.Unlock()
+	<-s.done
+}
+
+// recover removes what a crash left behind: LOCKED rows of this node and
+// their files (under either name). Nothing of theirs was ever acknowledged.
+func (s *Store) recover(ctx context.Context) error {
+	locked, err := s.repo.LockedStreams(ctx, s.opt.Node)
+	if err != nil {
+		return fmt.Errorf("recover: list locked streams: %w", err)
+	}
+	if len(locked) == 0 {
+		return nil
+	}
+	ids := make([]int64, 0, len(locked))
+	for i := range locked {
+		p := s.path(&locked[i])
+		for _, name := range []string{p + lockSuffix, p} {
+			if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("recover: remove %s: %w", name, err)
+			}
+		}
+		ids = append(ids, locked[i].ID)
+	}
+	if err := s.repo.Apply(ctx, &meta.Batch{Delete: ids}); err != nil {
+		return fmt.Errorf("recover: delete %d locked streams: %w", len(ids), err)
+	}
+	s.opt.Logger.Warn("removed streams left incomplete by an earlier stop", "count", len(ids), "node", s.opt.Node)
+	return nil
+}
+
+const (
+	fileSuffix = ".wst"
+	lockSuffix = ".lock"
+)
+
+// path is the stream file of a stream:
+// <root>/<TYPE>/<yyyy>/<MM>/<dd>/[<id groups>/]<FEED>=<padded id>.wst
+// Everything in it is fixed when the row is created, so it is derived, not stored.
+func (s *Store) path(st *meta.Stream) string {
+	t := time.UnixMilli(st.CreateMs).UTC()
+	padded := strconv.FormatInt(st.ID, 10)
+	if r := len(padded) % 3; r != 0 {
+		padded = strings.Repeat("0", 3-r) + padded
+	}
+	parts := []string{s.opt.Root, safeName(st.Type), t.Format("2006"), t.Format("01"), t.Format("02")}
+	for i := 0; i+3 < len(padded); i += 3 {
+		parts = append(parts, padded[i:i+3])
+	}
+	parts = append(parts, safeName(st.Feed)+"="+padded+fileSuffix)
+	return filepath.Join(parts...)
+}
+
+// safeName upper-cases a feed or type name and replaces every character
+// outside [A-Z0-9_-] so that any name maps to one safe directory entry.
+func safeName(name string) string {
+	b := []byte(strings.ToUpper(name))
+	for i, c := range b {
+		if !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	if len(b) == 0 {
+		return "_"
+	}
+	return string(b)
+}
+
+// Spec describes a stream about to be written.
+type Spec struct {
+	Feed        string
+	Type        string
+	CreateMs    int64
+	EffectiveMs int64
+	ReceiptID   string
+}
+
+// Post groups the streams written for one received post: they become
+// visible together on Commit, or not at all.
+type Post struct {
+	s       *Store
+	writers []*Writer
+}
+
+// Begin starts a post.
+func (s *Store) Begin() *Post { return &Post{s: s} }
+
+// Writer writes one stream's file.
+type Writer struct {
+	row   *meta.Stream
+	path  string
+	f     *os.File
+	sf    *streamfile.Writer
+	attrs *attr.Map
+}
+
+// NewStream creates the stream's LOCKED row (which allocates its id) and
+// opens its file under a temporary name.
+func (p *Post) NewStream(ctx context.Context, spec Spec) (*Writer, error) {
+	row := &meta.Stream{
+		Feed: spec.Feed, Type: spec.Type, Status: meta.Locked,
+		CreateMs: spec.CreateMs, EffectiveMs: spec.EffectiveMs,
+		Node: p.s.opt.Node, ReceiptID: spec.ReceiptID, Attributes: &attr.Map{},
+	}
+	if err := p.s.submit(ctx, &request{create: []*meta.Stream{row}}); err != nil {
+		return nil, fmt.Errorf("create stream row: %w", err)
+	}
+	w := &Writer{row: row, path: p.s.path(row)}
+	// Track the writer before anything else can fail so that Abort removes the row.
+	p.writers = append(p.writers, w)
+	if err := mkdirAllSync(filepath.Dir(w.path)); err != nil {
+		return nil, fmt.Errorf("create stream directory: %w", err)
+	}
+	f, err := os.OpenFile(w.path+lockSuffix, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("create stream file: %w", err)
+	}
+	w.f = f
+	sf, err := streamfile.NewWriter(f, p.s.codec, streamfile.WriterOptions{BlockSize: p.s.opt.BlockSize})
+	if err != nil {
+		return nil, fmt.Errorf("start stream file: %w", err)
+	}
+	w.sf = sf
+	return w, nil
+}
+
+// ID is the stream's id.
+func (w *Writer) ID() int64 { return w.row.ID }
+
+// Open starts writing one section (channel, 0-based part) of the stream.
+func (w *Writer) Open(ch streamfile.Channel, part int) (io.WriteCloser, error) {
+	return w.sf.Open(ch, part)
+}
+
+// SectionSize is the number of uncompressed bytes written to a section so far.
+func (w *Writer) SectionSize(ch streamfile.Channel, part int) int64 {
+	return w.sf.SectionSize(ch, part)
+}
+
+// SetAttributes sets the stream-level attributes stored in its row.
+func (w *Writer) SetAttributes(a *attr.Map) { w.attrs = a }
+
+// finish completes the file and makes it durable under its final name.
+// Each post does this on its own goroutine so that fsyncs of concurrent
+// posts overlap; the committer then shares the directory fsyncs.
+func (w *Writer) finish() error {
+	if err := w.sf.Close(); err != nil {
+		return fmt.Errorf("finish stream file: %w", err)
+	}
+	if err := w.f.Sync(); err != nil {
+		return fmt.Errorf("sync stream file: %w", err)
+	}
+	if err := w.f.Close(); err != nil {
+		return fmt.Errorf("close stream file: %w", err)
+	}
+	w.f = nil
+	if err := os.Rename(w.path+lockSuffix, w.path); err != nil {
+		return fmt.Errorf("rename stream file: %w", err)
+	}
+	var raw int64
+	for part := 0; part < w.sf.Parts(); part++ {
+		raw += w.sf.SectionSize(streamfile.Data, part)
+	}
+	w.row.Parts = w.sf.Parts()
+	w.row.RawSize = raw
+	w.row.FileSize = w.sf.Size()
+	if w.attrs != nil {
+		w.row.Attributes = w.attrs
+	}
+	return nil
+}
+
+// Commit makes every stream of the post durable and visible, or none.
+func (p *Post) Commit(ctx context.Context) ([]meta.Stream, error) {
+	if len(p.writers) == 0 {
+		return nil, nil
+	}
+	req := &request{}
+	for _, w := range p.writers {
+		if err := w.finish(); err != nil {
+			p.Abort()
+			return nil, err
+		}
+		req.unlock = append(req.unlock, w.row)
+		req.dirs = append(req.dirs, filepath.Dir(w.path))
+	}
+	if err := p.s.submit(ctx, req); err != nil {
+		p.Abort()
+		return nil, fmt.Errorf("commit streams: %w", err)
+	}
+	out := make([]meta.Stream, len(p.writers))
+	for i, w := range p.writers {
+		out[i] = *w.row
+	}
+	p.writers = nil
+	return out, nil
+}
+
+// Abort removes every stream of the post: files and rows. It is safe to
+// call after a failed Commit and more than once.
+func (p *Post) Abort() {
+	if len(p.writers) == 0 {
+		return
+	}
+	var ids []int64
+	for _, w := range p.writers {
+		if w.f != nil {
+			_ = w.f.Close()
+		}
+		_ = os.Remove(w.path + lockSuffix)
+		_ = os.Remove(w.path)
+		if w.row.ID != 0 {
+			ids = append(ids, w.row.ID)
+		}
+	}
+	p.writers = nil
+	if len(ids) == 0 {
+		return
+	}
+	// A failed delete leaves LOCKED rows that the next start removes; the
+	// post was never acknowledged, so nothing is lost either way.
+	if err := p.s.submit(context.Background(), &request{delete: ids}); err != nil {
+		p.s.opt.Logger.Warn("abort: stream rows left for cleanup at next start", "ids", ids, "err", err)
+	}
+}
+
+// mkdirAllSync creates dir and any missing parents, fsyncing each parent
+// after creating a child so that a new directory survives power loss.
+func mkdirAllSync(dir string) error {
+	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := mkdirAllSync(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return syncDir(parent)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// IsNoSpace reports whether err comes from a full disk.
+func IsNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}

@@ -1,0 +1,195 @@
+// Package stroomzip understands the Stroom zip format: the entries of a zip
+// are grouped by base name into parts, each with a data entry and optional
+// context, meta and manifest entries.
+//
+// Extensions (case-insensitive): .dat is data; .ctx and .context are
+// context; .meta, .hdr, .header and .met are meta; .mf and .manifest are
+// manifests. Any other extension, or none, is data whose base name is the
+// whole name, unless a known entry shares the stem before the last dot, in
+// which case it joins that group (so 001.txt goes with 001.meta, while
+// 2023.11.15.10001 alone stays one data entry).
+package stroomzip
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+)
+
+// Kind is the role of an entry within its group.
+type Kind int
+
+const (
+	Data Kind = iota
+	Context
+	Meta
+	Manifest
+	numKinds
+)
+
+func (k Kind) String() string {
+	return [...]string{"data", "context", "meta", "manifest"}[k]
+}
+
+var extensions = map[string]Kind{
+	"dat": Data, "ctx": Context, "context": Context,
+	"meta": Meta, "hdr": Meta, "header": Meta, "met": Meta,
+	"mf": Manifest, "manifest": Manifest,
+}
+
+// Group is one part: the index (into the names given to Groups) of each
+// of its entries, or -1 when absent.
+type Group struct {
+	Base    string
+	Entries [numKinds]int
+}
+
+// Entry returns the index of the group's entry of kind k, or -1.
+func (g *Group) Entry(k Kind) int { return g.Entries[k] }
+
+// MaxNameLength bounds an entry name; longer names are rejected.
+const MaxNameLength = 1024
+
+// FormatError is a zip whose entries break the Stroom zip format.
+type FormatError struct{ Msg string }
+
+func (e *FormatError) Error() string { return e.Msg }
+
+func formatErrorf(format string, a ...any) error {
+	return &FormatError{Msg: fmt.Sprintf(format, a...)}
+}
+
+// Groups groups entry names into parts, in the order each group's first
+// entry appears. Directory entries (names ending in '/') are skipped.
+// Errors are *FormatError.
+func Groups(names []string) ([]Group, error) {
+	type classified struct {
+		stem string // name without the extension
+		kind Kind
+		ok   bool // the extension is a known one
+	}
+	cls := make([]classified, len(names))
+	stems := make(map[string]bool) // stems of entries with a known extension
+	for i, name := range names {
+		if strings.HasSuffix(name, "/") {
+			continue
+		}
+		if err := CheckName(name); err != nil {
+			return nil, err
+		}
+		stem, ext := name, ""
+		if dot := strings.LastIndexByte(name, '.'); dot > strings.LastIndexByte(name, '/') {
+			stem, ext = name[:dot], name[dot+1:]
+		}
+		if strings.ContainsRune(ext, ',') {
+			return nil, formatErrorf("zip entry %q: an extension must not contain ','", name)
+		}
+		kind, ok := extensions[strings.ToLower(ext)]
+		cls[i] = classified{stem: stem, kind: kind, ok: ok}
+		if ok {
+			stems[stem] = true
+		}
+	}
+	var groups []Group
+	index := make(map[string]int)
+	for i, name := range names {
+		if strings.HasSuffix(name, "/") {
+			continue
+		}
+		c := cls[i]
+		base, kind := c.stem, c.kind
+		if !c.ok {
+			kind = Data
+			if !stems[c.stem] {
+				base = name
+			}
+		}
+		gi, seen := index[base]
+		if !seen {
+			gi = len(groups)
+			index[base] = gi
+			g := Group{Base: base}
+			for k := range g.Entries {
+				g.Entries[k] = -1
+			}
+			groups = append(groups, g)
+		}
+		g := &groups[gi]
+		if prev := g.Entries[kind]; prev >= 0 {
+			return nil, formatErrorf("zip entries %q and %q are both the %s of part %q; a part has at most one of each",
+				names[prev], name, kind, base)
+		}
+		g.Entries[kind] = i
+	}
+	return groups, nil
+}
+
+// CheckName rejects entry names that could escape a directory they were
+// unpacked into, or that the format cannot represent.
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return formatErrorf("zip entry with an empty name")
+	case len(name) > MaxNameLength:
+		return formatErrorf("zip entry name of %d bytes is longer than %d", len(name), MaxNameLength)
+	case strings.ContainsAny(name, "\\\x00"):
+		return formatErrorf("zip entry %q: names must use '/' and contain no NUL", name)
+	case strings.HasPrefix(name, "/") || path.IsAbs(name) || (len(name) > 1 && name[1] == ':'):
+		return formatErrorf("zip entry %q: absolute names are not allowed", name)
+	case strings.HasSuffix(name, "."):
+		return formatErrorf("zip entry %q: a name must not end in '.'", name)
+	}
+	if c := path.Clean(name); c == ".." || strings.HasPrefix(c, "../") {
+		return formatErrorf("zip entry %q escapes the archive root", name)
+	}
+	return nil
+}
+
+// ErrNotZip means the bytes have no zip end-of-central-directory record.
+var ErrNotZip = errors.New("not a zip file: no end of central directory record")
+
+// EntryCount reads the number of entries a zip declares, from its end of
+// central directory record (zip64 too), without reading the directory:
+// the count can be checked against a limit before anything is allocated.
+func EntryCount(r io.ReaderAt, size int64) (uint64, error) {
+	const eocdLen, maxComment = 22, 65535
+	tail := int64(eocdLen + maxComment)
+	if tail > size {
+		tail = size
+	}
+	buf := make([]byte, tail)
+	if _, err := r.ReadAt(buf, size-tail); err != nil && !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("read end of zip: %w", err)
+	}
+	for i := len(buf) - eocdLen; i >= 0; i-- {
+		if binary.LittleEndian.Uint32(buf[i:]) != 0x06054b50 {
+			continue
+		}
+		count := uint64(binary.LittleEndian.Uint16(buf[i+10:]))
+		if count != 0xffff {
+			return count, nil
+		}
+		// Zip64: the locator sits just before the record and points at the zip64 record.
+		loc := size - tail + int64(i) - 20
+		if loc < 0 {
+			return 0, ErrNotZip
+		}
+		var l [20]byte
+		if _, err := r.ReadAt(l[:], loc); err != nil || binary.LittleEndian.Uint32(l[:]) != 0x07064b50 {
+			return 0, fmt.Errorf("zip64 locator missing: %w", ErrNotZip)
+		}
+		off := int64(binary.LittleEndian.Uint64(l[8:]))
+		var rec [56]byte
+		if off < 0 || off > size-56 {
+			return 0, fmt.Errorf("zip64 record offset out of range: %w", ErrNotZip)
+		}
+		if _, err := r.ReadAt(rec[:], off); err != nil || binary.LittleEndian.Uint32(rec[:]) != 0x06064b50 {
+			return 0, fmt.Errorf("zip64 record missing: %w", ErrNotZip)
+		}
+		return binary.LittleEndian.Uint64(rec[32:]), nil
+	}
+	return 0, ErrNotZip
+}
