@@ -39,6 +39,9 @@ type Options struct {
 	Logger    *slog.Logger
 	Metrics   *Metrics // may be nil
 	Now       func() time.Time
+	// ReadOnly opens the store for reading only: no recovery and no
+	// committer, so an admin command can read while a server writes.
+	ReadOnly bool
 }
 
 // Store writes and reads streams.
@@ -75,6 +78,11 @@ func Open(ctx context.Context, repo Repo, codec *streamfile.Codec, opt Options) 
 		return nil, fmt.Errorf("create store root: %w", err)
 	}
 	s := &Store{opt: opt, repo: repo, codec: codec, commits: make(chan *request, 1024), done: make(chan struct{})}
+	if opt.ReadOnly {
+		s.closed = true
+		close(s.done)
+		return s, nil
+	}
 	if err := s.recover(ctx); err != nil {
 		return nil, err
 	}
@@ -85,7 +93,7 @@ func Open(ctx context.Context, repo Repo, codec *streamfile.Codec, opt Options) 
 // Close stops the committer after the requests already submitted.
 func (s *Store) Close() {
 	s.closeMu.Lock()
-	if !s.closed {
+	if !s.closed && !s.opt.ReadOnly {
 		s.closed = true
 		close(s.commits)
 	}

@@ -1,0 +1,288 @@
+// Package app wires weir's parts into a running service and owns its
+// lifecycle. Tests start whole servers in-process through it.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/receipt"
+	"github.com/weirhq/weir/internal/receive"
+	"github.com/weirhq/weir/internal/store"
+	"github.com/weirhq/weir/internal/streamfile"
+)
+
+// App is a running main service.
+type App struct {
+	cfg      config.Config
+	log      *slog.Logger
+	lock     *os.File
+	repo     *meta.Repo
+	codec    *streamfile.Codec
+	store    *store.Store
+	srv      *http.Server
+	ln       net.Listener
+	registry *prometheus.Registry
+	stopping atomic.Bool
+}
+
+// NewLogger builds the process logger from the log settings.
+func NewLogger(c config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// NodeName is the configured node name, or the host name made safe for
+// receipt ids.
+func NodeName(configured string) (string, error) {
+	if configured != "" {
+		if !receipt.ValidNode(configured) {
+			return "", fmt.Errorf("node %q: a node name may contain only letters, digits and '-'", configured)
+		}
+		return configured, nil
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "weir"
+	}
+	return receipt.SanitiseNode(host), nil
+}
+
+// Open stores: the data directory (locked for this node), the metadata
+// repository and the stream store. Admin commands use it read-only.
+type Open struct {
+	Repo  *meta.Repo
+	Codec *streamfile.Codec
+	Store *store.Store
+}
+
+// Close releases what OpenStorage opened.
+func (o *Open) Close() {
+	if o.Store != nil {
+		o.Store.Close()
+	}
+	if o.Codec != nil {
+		o.Codec.Close()
+	}
+	if o.Repo != nil {
+		_ = o.Repo.Close()
+	}
+}
+
+// OpenStorage opens the repository and store of cfg. With readOnly the
+// store neither recovers nor writes, so it is safe beside a running server.
+func OpenStorage(ctx context.Context, cfg config.Config, node string, log *slog.Logger, reg prometheus.Registerer, readOnly bool) (*Open, error) {
+	o := &Open{}
+	var err error
+	if o.Repo, err = meta.Open(ctx, cfg.DB, cfg.Data, log); err != nil {
+		return nil, fmt.Errorf("open metadata: %w", err)
+	}
+	if o.Codec, err = streamfile.NewCodec(); err != nil {
+		o.Close()
+		return nil, fmt.Errorf("start codec: %w", err)
+	}
+	var m *store.Metrics
+	if reg != nil {
+		m = store.NewMetrics(reg)
+	}
+	o.Store, err = store.Open(ctx, o.Repo, o.Codec, store.Options{
+		Root: filepath.Join(cfg.Data, "store"), Node: node, BlockSize: int(cfg.Store.BlockSize),
+		Logger: log, Metrics: m, ReadOnly: readOnly,
+	})
+	if err != nil {
+		o.Close()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	return o, nil
+}
+
+// New starts everything but serving: it locks the data directory for this
+// node, opens storage (cleaning up what a crash left), and listens.
+func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	node, err := NodeName(cfg.Node)
+	if err != nil {
+		return nil, err
+	}
+	a := &App{cfg: cfg, log: log, registry: prometheus.NewRegistry()}
+	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ok := false
+	defer func() {
+		if !ok {
+			a.closeStorage()
+		}
+	}()
+	if err := os.MkdirAll(cfg.Data, 0o750); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	if a.lock, err = lockNode(cfg.Data, node); err != nil {
+		return nil, err
+	}
+	tmp := filepath.Join(cfg.Data, "tmp", node)
+	// Staging files of posts that were in flight at a crash are worthless.
+	if err := os.RemoveAll(tmp); err != nil {
+		return nil, fmt.Errorf("clean %s: %w", tmp, err)
+	}
+	if err := os.MkdirAll(tmp, 0o750); err != nil {
+		return nil, fmt.Errorf("create %s: %w", tmp, err)
+	}
+	st, err := OpenStorage(ctx, cfg, node, log, a.registry, false)
+	if err != nil {
+		return nil, err
+	}
+	a.repo, a.codec, a.store = st.Repo, st.Codec, st.Store
+	ids, err := receipt.NewGenerator('S', node, nil)
+	if err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	if host == "" {
+		host = node
+	}
+	h := receive.New(receive.Options{
+		Config: cfg.Receive, Feeds: a.repo, Store: a.store, IDs: ids, Host: host, TempDir: tmp,
+		Log: log.With("log", "receive"), Metrics: receive.NewMetrics(a.registry),
+	})
+	mux := http.NewServeMux()
+	h.Register(mux)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", a.ready)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry}))
+	a.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: cfg.Receive.ReadHeaderTimeout.D(),
+		MaxHeaderBytes:    int(cfg.Receive.MaxHeaderBytes),
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if a.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	if !cfg.Receive.AuthenticationRequired {
+		log.Warn("senders are not authenticated: anyone who can reach the datafeed can post data " +
+			"(receive.authenticationRequired is false; sender authentication arrives in a later version)")
+	}
+	log.Info("weir started", "listen", a.ln.Addr().String(), "data", cfg.Data, "db", a.repo.Engine(), "node", node)
+	ok = true
+	return a, nil
+}
+
+// lockNode takes an exclusive lock so that two servers never write the
+// same data directory as the same node (their crash recovery would delete
+// each other's in-flight streams).
+func lockNode(dataDir, node string) (*os.File, error) {
+	p := filepath.Join(dataDir, "node-"+node+".lock")
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("open lock file: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("data directory %s is in use by another weir server as node %q (%s is locked): %w", dataDir, node, p, err)
+	}
+	return f, nil
+}
+
+// Addr is the address the service listens on.
+func (a *App) Addr() string { return a.ln.Addr().String() }
+
+// Repo is the metadata repository.
+func (a *App) Repo() *meta.Repo { return a.repo }
+
+// Store is the stream store.
+func (a *App) Store() *store.Store { return a.store }
+
+// Registry is the metrics registry (for tests).
+func (a *App) Registry() *prometheus.Registry { return a.registry }
+
+func (a *App) ready(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	var problems []string
+	if a.stopping.Load() {
+		problems = append(problems, "shutting down")
+	}
+	if err := a.repo.Ping(ctx); err != nil {
+		problems = append(problems, "metadata database: "+err.Error())
+	}
+	if free, err := freeBytes(a.cfg.Data); err == nil && free < 64<<20 {
+		problems = append(problems, fmt.Sprintf("data volume has only %d bytes free", free))
+	}
+	if len(problems) > 0 {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, strings.Join(problems, "; ")+"\n")
+		return
+	}
+	_, _ = io.WriteString(w, "ready\n")
+}
+
+func freeBytes(dir string) (uint64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return st.Bavail * uint64(st.Bsize), nil
+}
+
+// Run serves until ctx is done, then shuts down gracefully: in-flight
+// posts finish (and are committed) before storage closes.
+func (a *App) Run(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- a.srv.Serve(a.ln) }()
+	select {
+	case err := <-errc:
+		a.closeStorage()
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	return a.Shutdown(30 * time.Second)
+}
+
+// Shutdown stops accepting posts, waits up to grace for in-flight ones,
+// and closes storage.
+func (a *App) Shutdown(grace time.Duration) error {
+	a.stopping.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := a.srv.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("posts still in flight after %s: %w", grace, err)
+		_ = a.srv.Close()
+	}
+	a.closeStorage()
+	a.log.Info("weir stopped")
+	return err
+}
+
+func (a *App) closeStorage() {
+	(&Open{Repo: a.repo, Codec: a.codec, Store: a.store}).Close()
+	a.repo, a.codec, a.store = nil, nil, nil
+	if a.lock != nil {
+		_ = a.lock.Close()
+		a.lock = nil
+	}
+}
