@@ -31,15 +31,15 @@ type Feeds interface {
 
 // Options wires a Handler.
 type Options struct {
-	Config   config.Receive
-	Feeds    Feeds
-	Store    *store.Store
-	IDs      *receipt.Generator
-	Host     string // this host's name, appended to ReceivedPath
-	TempDir  string // where zip bodies are staged; on the same disk as the store
-	Log      *slog.Logger
-	Metrics  *Metrics // may be nil
-	Now      func() time.Time
+	Config  config.Receive
+	Feeds   Feeds
+	Store   *store.Store
+	IDs     *receipt.Generator
+	Host    string // this host's name, appended to ReceivedPath
+	TempDir string // where zip bodies are staged; on the same disk as the store
+	Log     *slog.Logger
+	Metrics *Metrics // may be nil
+	Now     func() time.Time
 }
 
 // Handler serves the datafeed paths.
