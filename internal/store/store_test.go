@@ -1,0 +1,377 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/weirhq/weir/internal/attr"
+	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/meta/metatest"
+	"github.com/weirhq/weir/internal/store"
+	"github.com/weirhq/weir/internal/streamfile"
+)
+
+type env struct {
+	dir   string
+	dsn   string
+	repo  *meta.Repo
+	codec *streamfile.Codec
+}
+
+func engines(t *testing.T, fn func(t *testing.T, e *env)) {
+	t.Run("sqlite", func(t *testing.T) { fn(t, newEnv(t, "")) })
+	t.Run("postgres", func(t *testing.T) { fn(t, newEnv(t, metatest.PostgresDSN(t))) })
+}
+
+func newEnv(t *testing.T, dsn string) *env {
+	t.Helper()
+	dir := t.TempDir()
+	repo, err := meta.Open(context.Background(), dsn, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { repo.Close() })
+	codec, err := streamfile.NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(codec.Close)
+	return &env{dir: dir, dsn: dsn, repo: repo, codec: codec}
+}
+
+func (e *env) open(t *testing.T, reg prometheus.Registerer, readOnly bool) *store.Store {
+	t.Helper()
+	var m *store.Metrics
+	if reg != nil {
+		m = store.NewMetrics(reg)
+	}
+	s, err := store.Open(context.Background(), e.repo, e.codec, store.Options{
+		Root: filepath.Join(e.dir, "store"), Node: "n1", BlockSize: 4096, Metrics: m, ReadOnly: readOnly,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func spec(feed string) store.Spec {
+	now := time.Now().UnixMilli()
+	return store.Spec{Feed: feed, Type: "Raw Events", CreateMs: now, EffectiveMs: now, ReceiptID: "r-" + feed}
+}
+
+func write(t *testing.T, w *store.Writer, ch streamfile.Channel, part int, data []byte) {
+	t.Helper()
+	sw, err := w.Open(ch, part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sw.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func read(t *testing.T, s *store.Store, id int64, ch streamfile.Channel, part int) []byte {
+	t.Helper()
+	r, err := s.Open(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	sec, err := r.Section(ch, part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// files lists the regular files under the store root.
+func files(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			out = append(out, strings.TrimPrefix(p, root+"/"))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestWriteCommitRead(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		s := e.open(t, nil, false)
+		post := s.Begin()
+		a, err := post.NewStream(context.Background(), spec("FEED-A"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := post.NewStream(context.Background(), spec("FEED-B"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		big := bytes.Repeat([]byte("0123456789abcdef"), 2000) // several blocks
+		write(t, a, streamfile.Data, 0, big)
+		write(t, a, streamfile.Meta, 0, []byte("StreamSize:32000\n"))
+		write(t, a, streamfile.Data, 1, []byte("part two"))
+		write(t, a, streamfile.Context, 1, []byte("ctx two"))
+		write(t, b, streamfile.Data, 0, []byte("other feed"))
+		attrs := &attr.Map{}
+		attrs.Put("Feed", "FEED-A")
+		a.SetAttributes(attrs)
+
+		// Nothing is readable before the commit.
+		if _, err := s.Open(context.Background(), a.ID()); !errors.Is(err, store.ErrNotReadable) {
+			t.Fatalf("open before commit: %v", err)
+		}
+		streams, err := post.Commit(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(streams) != 2 || streams[0].Status != meta.Unlocked || streams[0].Parts != 2 ||
+			streams[0].RawSize != int64(len(big))+8 || streams[1].RawSize != 10 || streams[0].FileSize == 0 {
+			t.Fatalf("committed %+v", streams)
+		}
+		if got := read(t, s, a.ID(), streamfile.Data, 0); !bytes.Equal(got, big) {
+			t.Fatal("part 0 data differs")
+		}
+		if got := read(t, s, a.ID(), streamfile.Context, 1); string(got) != "ctx two" {
+			t.Fatalf("context %q", got)
+		}
+		if got := read(t, s, b.ID(), streamfile.Data, 0); string(got) != "other feed" {
+			t.Fatalf("b data %q", got)
+		}
+		row, err := e.repo.GetStream(context.Background(), a.ID())
+		if err != nil || row.Attributes.Value("Feed") != "FEED-A" || row.Status != meta.Unlocked {
+			t.Fatalf("row %+v %v", row, err)
+		}
+		// Files are named by type, date and id, and none is left under a temporary name.
+		for _, f := range files(t, filepath.Join(e.dir, "store")) {
+			if !strings.HasPrefix(f, "RAW_EVENTS/") || !strings.HasSuffix(f, ".wst") {
+				t.Errorf("unexpected file %s", f)
+			}
+		}
+	})
+}
+
+func TestAbortLeavesNothing(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		s := e.open(t, nil, false)
+		post := s.Begin()
+		w, err := post.NewStream(context.Background(), spec("FEED-A"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(t, w, streamfile.Data, 0, []byte("half a post"))
+		post.Abort()
+		post.Abort() // idempotent
+		if got := files(t, filepath.Join(e.dir, "store")); len(got) != 0 {
+			t.Fatalf("files left: %v", got)
+		}
+		rows, err := e.repo.ListStreams(context.Background(), meta.StreamFilter{})
+		if err != nil || len(rows) != 0 {
+			t.Fatalf("rows left: %+v %v", rows, err)
+		}
+	})
+}
+
+// TestRecoverAfterCrash simulates a crash at each point of a stream's life
+// by stopping work there and opening a new Store on the same directory and
+// database, as a restarted server does.
+func TestRecoverAfterCrash(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		s := e.open(t, nil, false)
+		ctx := context.Background()
+
+		// Committed: must survive.
+		done := s.Begin()
+		w, _ := done.NewStream(ctx, spec("KEPT"))
+		write(t, w, streamfile.Data, 0, []byte("acknowledged"))
+		if _, err := done.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Row created, file half written (".lock").
+		half := s.Begin()
+		w2, _ := half.NewStream(ctx, spec("HALF"))
+		write(t, w2, streamfile.Data, 0, []byte("in flight"))
+		// Row created, file complete and renamed, but never unlocked: simulate by
+		// renaming a copy of the lock file to the final name.
+		renamed := s.Begin()
+		w3, _ := renamed.NewStream(ctx, spec("RENAMED"))
+		write(t, w3, streamfile.Data, 0, []byte("renamed"))
+		var lockFiles []string
+		for _, f := range files(t, filepath.Join(e.dir, "store")) {
+			if strings.HasSuffix(f, ".lock") {
+				lockFiles = append(lockFiles, f)
+			}
+		}
+		if len(lockFiles) != 2 {
+			t.Fatalf("lock files %v", lockFiles)
+		}
+		for _, f := range lockFiles {
+			if strings.Contains(f, "RENAMED") {
+				p := filepath.Join(e.dir, "store", f)
+				if err := os.Rename(p, strings.TrimSuffix(p, ".lock")); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		s.Close() // the "crash": the in-flight posts never commit
+
+		s2 := e.open(t, nil, false)
+		rows, err := e.repo.ListStreams(ctx, meta.StreamFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 1 || rows[0].Feed != "KEPT" || rows[0].Status != meta.Unlocked {
+			t.Fatalf("after recovery: %+v", rows)
+		}
+		if got := read(t, s2, rows[0].ID, streamfile.Data, 0); string(got) != "acknowledged" {
+			t.Fatalf("kept data %q", got)
+		}
+		if got := files(t, filepath.Join(e.dir, "store")); len(got) != 1 || !strings.Contains(got[0], "KEPT=") {
+			t.Fatalf("files after recovery: %v", got)
+		}
+	})
+}
+
+// TestGroupCommit shows concurrent posts sharing commits: with many posts
+// committing at once, some batch must hold more than one request.
+func TestGroupCommit(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		reg := prometheus.NewRegistry()
+		s := e.open(t, reg, false)
+		const posts = 64
+		var wg sync.WaitGroup
+		errs := make(chan error, posts)
+		start := make(chan struct{})
+		for i := 0; i < posts; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				<-start
+				post := s.Begin()
+				w, err := post.NewStream(context.Background(), spec(fmt.Sprintf("FEED-%d", i)))
+				if err != nil {
+					errs <- err
+					return
+				}
+				sw, _ := w.Open(streamfile.Data, 0)
+				fmt.Fprintf(sw, "post %d", i)
+				sw.Close()
+				if _, err := post.Commit(context.Background()); err != nil {
+					errs <- err
+				}
+			}(i)
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		rows, err := e.repo.ListStreams(context.Background(), meta.StreamFilter{Status: meta.Unlocked})
+		if err != nil || len(rows) != posts {
+			t.Fatalf("%d unlocked rows, %v", len(rows), err)
+		}
+		for _, r := range rows {
+			want := "post " + strings.TrimPrefix(r.Feed, "FEED-")
+			if got := read(t, s, r.ID, streamfile.Data, 0); string(got) != want {
+				t.Fatalf("stream %d: %q want %q", r.ID, got, want)
+			}
+		}
+		var h *dto.Histogram
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "weir_store_commit_batch_size" {
+				h = mf.GetMetric()[0].GetHistogram()
+			}
+		}
+		if h == nil {
+			t.Fatal("no batch size metric")
+		}
+		// 64 creates + 64 commits; fewer batches than requests proves sharing.
+		if h.GetSampleCount() >= 2*posts || h.GetSampleSum() != 2*posts {
+			t.Fatalf("batches %d for %v requests: no group commit", h.GetSampleCount(), h.GetSampleSum())
+		}
+	})
+}
+
+func TestReadOnlyDoesNotRecoverOrWrite(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		s := e.open(t, nil, false)
+		post := s.Begin()
+		w, err := post.NewStream(context.Background(), spec("LIVE"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(t, w, streamfile.Data, 0, []byte("being written"))
+		// An admin command opening the store now must not touch the in-flight stream.
+		ro := e.open(t, nil, true)
+		if _, err := ro.Begin().NewStream(context.Background(), spec("NO")); !errors.Is(err, store.ErrClosed) {
+			t.Fatalf("read-only write: %v", err)
+		}
+		if _, err := post.Commit(context.Background()); err != nil {
+			t.Fatalf("commit beside read-only store: %v", err)
+		}
+		if got := read(t, ro, w.ID(), streamfile.Data, 0); string(got) != "being written" {
+			t.Fatalf("read-only read %q", got)
+		}
+	})
+}
+
+func TestOpenMissingAndCorrupt(t *testing.T) {
+	e := newEnv(t, "")
+	s := e.open(t, nil, false)
+	if _, err := s.Open(context.Background(), 12345); !errors.Is(err, meta.ErrNotFound) {
+		t.Fatalf("missing: %v", err)
+	}
+	post := s.Begin()
+	w, _ := post.NewStream(context.Background(), spec("FEED"))
+	write(t, w, streamfile.Data, 0, bytes.Repeat([]byte("x"), 10000))
+	streams, err := post.Commit(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.Path(streams[0])
+	b, _ := os.ReadFile(p)
+	b[len(b)/3] ^= 0xff
+	if err := os.WriteFile(p, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Open(context.Background(), streams[0].ID)
+	if err == nil {
+		defer r.Close()
+		sec, _ := r.Section(streamfile.Data, 0)
+		_, err = io.ReadAll(sec)
+	}
+	if !errors.Is(err, streamfile.ErrCorrupt) {
+		t.Fatalf("corrupt stream read: %v", err)
+	}
+}
