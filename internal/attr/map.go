@@ -1,0 +1,265 @@
+// Package attr holds the attribute (meta) map that travels with every post:
+// HTTP headers, query parameters and receipt information, the text format the
+// map is stored in beside the data (".meta" entries), the date format used
+// for time-valued attributes and the rules that add one hop's receipt details.
+package attr
+
+import (
+	"cmp"
+	"iter"
+	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Keys weir itself reads or maintains. Keys are matched case-insensitively,
+// these spellings are the ones written when weir adds a key.
+const (
+	KeyEffectiveTime       = "EffectiveTime"
+	KeyReceivedTime        = "ReceivedTime"
+	KeyReceivedTimeHistory = "ReceivedTimeHistory"
+	KeyReceiptID           = "ReceiptId"
+	KeyReceiptIDPath       = "ReceiptIdPath"
+	KeyReceivedPath        = "ReceivedPath"
+)
+
+// KV is one attribute.
+type KV struct{ Key, Value string }
+
+// indexThreshold is the size above which a Map keeps a hash index beside its
+// slice. Normal maps (10-40 keys) stay below it and pay nothing, but a request
+// with many thousands of headers or query pairs would otherwise make building
+// the map quadratic, which a sender could use to burn CPU.
+const indexThreshold = 64
+
+// initialCap is the capacity of a map's first allocation.
+const initialCap = 16
+
+// Map is an ordered attribute map with case-insensitive keys that keeps the
+// case of the most recent Put for display. The zero value is ready to use.
+// Not safe for concurrent use. Get, Value, Len, All, Sorted, Clone and
+// AppendMeta accept a nil *Map as empty.
+type Map struct {
+	kvs []KV
+	// idx maps foldKey(key) to its position in kvs; nil until the map grows
+	// past indexThreshold.
+	idx map[string]int
+}
+
+// find returns the position of key, or -1.
+func (m *Map) find(key string) int {
+	if m == nil {
+		return -1
+	}
+	if m.idx != nil {
+		if i, ok := m.idx[foldKey(key)]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := range m.kvs {
+		if strings.EqualFold(m.kvs[i].Key, key) {
+			return i
+		}
+	}
+	return -1
+}
+
+// Get returns the value of key (matched case-insensitively) and whether it is present.
+func (m *Map) Get(key string) (string, bool) {
+	if i := m.find(strings.TrimSpace(key)); i >= 0 {
+		return m.kvs[i].Value, true
+	}
+	return "", false
+}
+
+// Value returns the value of key, or "" when absent.
+func (m *Map) Value(key string) string {
+	v, _ := m.Get(key)
+	return v
+}
+
+// Put sets key to value. Both are trimmed; an empty key is ignored. An
+// existing key (any case) is replaced in place, keeping its position but
+// taking the new key's case. EffectiveTime and ReceivedTime values are
+// normalised with NormaliseDate; unlike the reference system the key match
+// is case-insensitive, because HTTP/2 delivers header names in lower case and
+// the attribute means the same whatever its case.
+func (m *Map) Put(key, value string) {
+	key = strings.TrimSpace(key)
+	if key == "" {
+		return
+	}
+	value = strings.TrimSpace(value)
+	if strings.EqualFold(key, KeyEffectiveTime) || strings.EqualFold(key, KeyReceivedTime) {
+		value = NormaliseDate(value)
+	}
+	if i := m.find(key); i >= 0 {
+		m.kvs[i] = KV{key, value}
+		return
+	}
+	if m.kvs == nil {
+		// Requests carry 10-40 attributes: start big enough that building a
+		// map takes one or two allocations rather than a doubling series.
+		m.kvs = make([]KV, 0, initialCap)
+	}
+	m.kvs = append(m.kvs, KV{key, value})
+	switch {
+	case m.idx != nil:
+		m.idx[foldKey(key)] = len(m.kvs) - 1
+	case len(m.kvs) > indexThreshold:
+		m.buildIndex()
+	}
+}
+
+func (m *Map) buildIndex() {
+	m.idx = make(map[string]int, len(m.kvs)*2)
+	for i, kv := range m.kvs {
+		m.idx[foldKey(kv.Key)] = i
+	}
+}
+
+// Delete removes key (matched case-insensitively) if present, keeping the
+// order of the other keys.
+func (m *Map) Delete(key string) {
+	i := m.find(strings.TrimSpace(key))
+	if i < 0 {
+		return
+	}
+	m.kvs = slices.Delete(m.kvs, i, i+1)
+	if m.idx != nil {
+		// Positions after i moved; deletes are rare, so rebuilding is simpler
+		// than patching.
+		m.idx = nil
+		if len(m.kvs) > indexThreshold {
+			m.buildIndex()
+		}
+	}
+}
+
+// Len returns the number of attributes.
+func (m *Map) Len() int {
+	if m == nil {
+		return 0
+	}
+	return len(m.kvs)
+}
+
+// All yields the attributes in insertion order. Changing the map during the
+// iteration does not affect the pairs yielded.
+func (m *Map) All() iter.Seq2[string, string] {
+	var kvs []KV
+	if m != nil {
+		kvs = m.kvs
+	}
+	return func(yield func(string, string) bool) {
+		for _, kv := range kvs {
+			if !yield(kv.Key, kv.Value) {
+				return
+			}
+		}
+	}
+}
+
+// Sorted returns a copy of the attributes sorted case-insensitively by key
+// (ties, which a Map cannot hold, would be broken by the exact key).
+func (m *Map) Sorted() []KV {
+	if m.Len() == 0 {
+		return nil
+	}
+	out := slices.Clone(m.kvs)
+	slices.SortFunc(out, func(a, b KV) int {
+		if c := compareFold(a.Key, b.Key); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	return out
+}
+
+// Clone returns an independent copy.
+func (m *Map) Clone() *Map {
+	if m == nil {
+		return &Map{}
+	}
+	c := &Map{kvs: slices.Clone(m.kvs)}
+	if m.idx != nil {
+		c.idx = make(map[string]int, len(m.idx))
+		for k, v := range m.idx {
+			c.idx[k] = v
+		}
+	}
+	return c
+}
+
+// Overlay puts every attribute of other into m, so other's values win.
+func (m *Map) Overlay(other *Map) {
+	if other == nil {
+		return
+	}
+	for _, kv := range other.kvs {
+		m.Put(kv.Key, kv.Value)
+	}
+}
+
+// compareFold orders keys the way the reference system writes meta files
+// (Java's compareToIgnoreCase: each character upper- then lower-cased), so
+// weir's files list keys in the same order. It does not allocate.
+func compareFold(a, b string) int {
+	for a != "" && b != "" {
+		var ra, rb rune
+		if a[0] < utf8.RuneSelf && b[0] < utf8.RuneSelf {
+			ra, rb = rune(a[0]), rune(b[0])
+			a, b = a[1:], b[1:]
+			if 'A' <= ra && ra <= 'Z' {
+				ra += 'a' - 'A'
+			}
+			if 'A' <= rb && rb <= 'Z' {
+				rb += 'a' - 'A'
+			}
+		} else {
+			var na, nb int
+			ra, na = utf8.DecodeRuneInString(a)
+			rb, nb = utf8.DecodeRuneInString(b)
+			a, b = a[na:], b[nb:]
+			ra = unicode.ToLower(unicode.ToUpper(ra))
+			rb = unicode.ToLower(unicode.ToUpper(rb))
+		}
+		if ra != rb {
+			return cmp.Compare(ra, rb)
+		}
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+// foldKey returns a canonical form of key such that foldKey(a) == foldKey(b)
+// exactly when strings.EqualFold(a, b): every rune is replaced by the lower
+// case of the smallest rune of its simple case-folding orbit (lower-casing the
+// minimum makes ASCII letters canonical as themselves in lower case, so
+// lower-case ASCII keys are returned as they are, without allocating).
+func foldKey(key string) string {
+	plain := true
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if c >= utf8.RuneSelf || ('A' <= c && c <= 'Z') {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return key
+	}
+	var b strings.Builder
+	b.Grow(len(key))
+	for _, r := range key {
+		// Invalid bytes decode to RuneError, which is also how EqualFold
+		// sees them, so they fold together.
+		lo := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			lo = min(lo, f)
+		}
+		b.WriteRune(unicode.ToLower(lo))
+	}
+	return b.String()
+}
