@@ -1,0 +1,32 @@
+# weir: common tasks. `make test` is the test command CI runs (see .ci/run).
+GO ?= go
+PG_DSN ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+
+.PHONY: build test test-postgres check bench fuzz
+
+build:
+	$(GO) build -o bin/weir ./cmd/weir
+
+# Every test, on SQLite and (when WEIR_TEST_POSTGRES_DSN is set) PostgreSQL.
+test:
+	$(GO) test -race -count=1 ./...
+
+# The black-box and process suites again with PostgreSQL as the metadata database.
+# -short skips only the multi-GiB post tests, which do not touch the database and ran in `make test`.
+test-postgres:
+	WEIR_TEST_DB=postgres WEIR_TEST_POSTGRES_DSN='$(PG_DSN)' $(GO) test -race -short -count=1 ./internal/app/... ./cmd/weir/... ./internal/store/... ./internal/meta/...
+
+check:
+	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem ./...
+
+# Short runs of every fuzz target (longer: FUZZTIME=5m make fuzz).
+FUZZTIME ?= 20s
+fuzz:
+	@for t in $$(grep -rho '^func Fuzz[A-Za-z0-9_]*' --include='*_test.go' internal | sed 's/func //' | sort -u); do \
+		pkg=$$(grep -rl "^func $$t(" --include='*_test.go' internal | head -1 | xargs dirname); \
+		echo "== $$t ($$pkg)"; $(GO) test -run='^$$' -fuzz="^$$t\$$" -fuzztime=$(FUZZTIME) ./$$pkg || exit 1; \
+	done
