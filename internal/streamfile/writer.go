@@ -1,0 +1,332 @@
+package streamfile
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+)
+
+// WriterOptions tunes a Writer.
+type WriterOptions struct {
+	// BlockSize is the number of uncompressed bytes per block; 0 means
+	// DefaultBlockSize. At most 16 MiB.
+	BlockSize int
+}
+
+// Writer writes one stream file sequentially. It is not safe for concurrent
+// use; a stream is produced by one request handler.
+//
+// Memory is bounded regardless of stream size: the open section holds one
+// block buffer, a compressed buffer is borrowed from the Codec only while a
+// block is being emitted, and the index costs 24 bytes per block.
+type Writer struct {
+	w         io.Writer
+	c         *Codec
+	blockSize int
+
+	off      int64 // bytes written to w so far
+	nparts   int
+	nblocks  int
+	sections map[int]*wsection // key: part*numChannels + channel
+	open     *sectionWriter
+	closed   bool
+	err      error // first write error; sticky because the file is then unusable
+}
+
+type wsection struct {
+	size   int64
+	blocks []blockEntry
+}
+
+func sectionKey(ch Channel, part int) int { return part*numChannels + int(ch) }
+
+// NewWriter starts a stream file on w and writes its header. The caller owns
+// w: the Writer never closes or syncs it.
+func NewWriter(w io.Writer, c *Codec, opt WriterOptions) (*Writer, error) {
+	if c == nil {
+		return nil, errors.New("streamfile: new writer: nil Codec")
+	}
+	bs := opt.BlockSize
+	if bs == 0 {
+		bs = DefaultBlockSize
+	}
+	if bs < 1 || bs > maxBlockSize {
+		return nil, fmt.Errorf("streamfile: new writer: block size %d outside 1..%d", opt.BlockSize, maxBlockSize)
+	}
+	sw := &Writer{w: w, c: c, blockSize: bs, sections: make(map[int]*wsection)}
+	hdr := appendHeader(make([]byte, 0, headerLen), fileHeader{blockSize: uint32(bs)}, c.crc)
+	if err := sw.write(hdr); err != nil {
+		return nil, fmt.Errorf("streamfile: write header: %w", err)
+	}
+	return sw, nil
+}
+
+// write writes all of b to the underlying writer and records the first
+// failure, after which every operation fails: a stream file with a hole or a
+// torn block cannot be completed correctly.
+func (w *Writer) write(b []byte) error {
+	if w.err != nil {
+		return w.err
+	}
+	n, err := w.w.Write(b)
+	w.off += int64(n)
+	if err == nil && n < len(b) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		w.err = err
+	}
+	return err
+}
+
+// Open starts writing section (ch, part); see the package documentation for
+// the ordering rules. The section is recorded as present even if nothing is
+// written to it.
+func (w *Writer) Open(ch Channel, part int) (io.WriteCloser, error) {
+	switch {
+	case w.closed:
+		return nil, fmt.Errorf("streamfile: open %s part %d: writer is closed", ch, part)
+	case w.err != nil:
+		return nil, fmt.Errorf("streamfile: open %s part %d: earlier write failed: %w", ch, part, w.err)
+	case !ch.valid():
+		return nil, fmt.Errorf("streamfile: open %s part %d: invalid channel", ch, part)
+	case part < 0 || part >= maxParts:
+		return nil, fmt.Errorf("streamfile: open %s part %d: part outside 0..%d", ch, part, maxParts-1)
+	case w.open != nil:
+		return nil, fmt.Errorf("streamfile: open %s part %d: %s part %d is still open", ch, part, w.open.ch, w.open.part)
+	}
+	key := sectionKey(ch, part)
+	if _, dup := w.sections[key]; dup {
+		return nil, fmt.Errorf("streamfile: open %s part %d: section was already written", ch, part)
+	}
+	sec := &wsection{}
+	w.sections[key] = sec
+	w.nparts = max(w.nparts, part+1)
+	w.open = &sectionWriter{w: w, sec: sec, ch: ch, part: part, buf: w.c.bufs.get(w.blockSize)}
+	*w.open.buf = (*w.open.buf)[:0]
+	return w.open, nil
+}
+
+// Close writes the index and trailer. The stream is complete only when Close
+// returns nil; the caller then syncs and renames the file.
+func (w *Writer) Close() error {
+	if w.closed {
+		return errors.New("streamfile: close writer: already closed")
+	}
+	if w.open != nil {
+		return fmt.Errorf("streamfile: close writer: %s part %d is still open", w.open.ch, w.open.part)
+	}
+	if w.err != nil {
+		return fmt.Errorf("streamfile: close writer: earlier write failed: %w", w.err)
+	}
+	if err := w.writeIndex(); err != nil {
+		return fmt.Errorf("streamfile: write index: %w", err)
+	}
+	w.closed = true
+	return nil
+}
+
+// writeIndex streams the index out in chunks so that Close needs no memory
+// beyond one small buffer, even for files with many blocks or parts.
+func (w *Writer) writeIndex() error {
+	const chunk = 32 << 10
+	pb := w.c.bufs.get(chunk)
+	defer w.c.bufs.put(pb)
+	buf := (*pb)[:0]
+
+	indexOffset := w.off
+	var crc uint32
+	flush := func() error {
+		crc = crc32.Update(crc, w.c.crc, buf)
+		err := w.write(buf)
+		buf = buf[:0]
+		return err
+	}
+
+	buf = append(buf, indexMagic...)
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(w.nparts))
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(w.nblocks))
+	buf = binary.LittleEndian.AppendUint32(buf, 0)
+	var first uint32
+	for part := 0; part < w.nparts; part++ {
+		for ch := Channel(0); ch < numChannels; ch++ {
+			sec := w.sections[sectionKey(ch, part)]
+			if sec == nil {
+				buf = appendSectionRec(buf, ch, part, false, 0, first, 0)
+			} else {
+				n := uint32(len(sec.blocks))
+				buf = appendSectionRec(buf, ch, part, true, sec.size, first, n)
+				first += n
+			}
+			if len(buf) > chunk-sectionRecLen {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for part := 0; part < w.nparts; part++ {
+		for ch := Channel(0); ch < numChannels; ch++ {
+			sec := w.sections[sectionKey(ch, part)]
+			if sec == nil {
+				continue
+			}
+			for _, e := range sec.blocks {
+				buf = appendBlockRec(buf, e)
+				if len(buf) > chunk-blockRecLen {
+					if err := flush(); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	indexLength := w.off - indexOffset
+	buf = appendTrailer(buf, indexOffset, indexLength, crc, w.c.crc)
+	return w.write(buf)
+}
+
+// Size returns the number of bytes written to the underlying writer so far.
+func (w *Writer) Size() int64 { return w.off }
+
+// Parts returns the highest part opened so far plus one.
+func (w *Writer) Parts() int { return w.nparts }
+
+// SectionSize returns the uncompressed bytes accepted for (ch, part) so far,
+// including bytes still buffered in an open section; 0 if absent.
+func (w *Writer) SectionSize(ch Channel, part int) int64 {
+	if !ch.valid() || part < 0 {
+		return 0 // would alias another section's key
+	}
+	if sec := w.sections[sectionKey(ch, part)]; sec != nil {
+		return sec.size
+	}
+	return 0
+}
+
+// sectionWriter is the io.WriteCloser Open returns.
+type sectionWriter struct {
+	w      *Writer
+	sec    *wsection
+	ch     Channel
+	part   int
+	buf    *[]byte // pooled, capacity >= blockSize; nil once closed
+	secOff int64   // section offset of the first byte in buf
+}
+
+func (s *sectionWriter) Write(p []byte) (int, error) {
+	if s.buf == nil {
+		return 0, fmt.Errorf("streamfile: write %s part %d: section is closed", s.ch, s.part)
+	}
+	w := s.w
+	if w.err != nil {
+		return 0, fmt.Errorf("streamfile: write %s part %d: earlier write failed: %w", s.ch, s.part, w.err)
+	}
+	bs := w.blockSize
+	written := 0
+	for len(p) > 0 {
+		if len(*s.buf) == 0 && len(p) >= bs {
+			// A whole block is at hand: compress it from the caller's
+			// slice instead of copying it through the buffer first.
+			if err := s.emit(p[:bs]); err != nil {
+				return written, fmt.Errorf("streamfile: write %s part %d: %w", s.ch, s.part, err)
+			}
+			p = p[bs:]
+			written += bs
+			s.sec.size += int64(bs)
+			continue
+		}
+		buf := *s.buf
+		n := copy(buf[len(buf):bs], p)
+		*s.buf = buf[:len(buf)+n]
+		p = p[n:]
+		written += n
+		s.sec.size += int64(n)
+		if len(*s.buf) == bs {
+			if err := s.flush(); err != nil {
+				return written, fmt.Errorf("streamfile: write %s part %d: %w", s.ch, s.part, err)
+			}
+		}
+	}
+	return written, nil
+}
+
+// flush emits the buffered bytes, if any, as the section's last block.
+func (s *sectionWriter) flush() error {
+	if err := s.w.err; err != nil {
+		return err
+	}
+	if len(*s.buf) == 0 {
+		return nil
+	}
+	if err := s.emit(*s.buf); err != nil {
+		return err
+	}
+	*s.buf = (*s.buf)[:0]
+	return nil
+}
+
+// emit compresses src and writes it as the section's next block.
+func (s *sectionWriter) emit(src []byte) error {
+	w := s.w
+	if w.err != nil {
+		return w.err
+	}
+	if w.nblocks >= maxBlocks {
+		return fmt.Errorf("stream has the maximum of %d blocks", maxBlocks)
+	}
+	cb := w.c.bufs.get(compressBound(len(src)))
+	defer w.c.bufs.put(cb)
+
+	// Compress behind room for the header so header and payload go out in
+	// one Write.
+	out := w.c.enc.EncodeAll(src, (*cb)[:blockHeaderLen])
+	enc := uint8(encZstd)
+	if len(out)-blockHeaderLen >= len(src) {
+		// Incompressible: storing raw is smaller and faster to read.
+		enc = encRaw
+		out = append(out[:blockHeaderLen], src...)
+	}
+	*cb = out // let put see a reallocation, should EncodeAll ever make one
+	payload := out[blockHeaderLen:]
+	h := blockHeader{
+		channel:   s.ch,
+		encoding:  enc,
+		part:      uint32(s.part),
+		secOffset: uint64(s.secOff),
+		clen:      uint32(len(payload)),
+		ulen:      uint32(len(src)),
+	}
+	putBlockHeader(out, h, payload, w.c.crc)
+
+	e := blockEntry{fileOffset: w.off, secOffset: s.secOff, clen: h.clen, ulen: h.ulen}
+	if err := w.write(out); err != nil {
+		return err
+	}
+	s.sec.blocks = append(s.sec.blocks, e)
+	w.nblocks++
+	s.secOff += int64(len(src))
+	return nil
+}
+
+// Close flushes the last partial block and ends the section. The section
+// stays recorded as present even if the flush fails, since its earlier blocks
+// may already be in the file; the Writer is then failed anyway.
+func (s *sectionWriter) Close() error {
+	if s.buf == nil {
+		return fmt.Errorf("streamfile: close %s part %d: section is already closed", s.ch, s.part)
+	}
+	err := s.flush()
+	s.w.c.bufs.put(s.buf)
+	s.buf = nil
+	s.w.open = nil
+	if err != nil {
+		return fmt.Errorf("streamfile: close %s part %d: %w", s.ch, s.part, err)
+	}
+	return nil
+}
