@@ -84,6 +84,11 @@ func requestAttributes(r *http.Request, hop attr.Hop) *attr.Map {
 			m.Put(attributeName(name), v[0])
 		}
 	}
+	// Go's server moves the Host header out of r.Header into r.Host; it is
+	// a request header like the others (and one the spec lets senders set).
+	if r.Host != "" {
+		m.Put("Host", r.Host)
+	}
 	for _, pair := range strings.Split(r.URL.RawQuery, "&") {
 		k, v, ok := strings.Cut(pair, "=")
 		if !ok {

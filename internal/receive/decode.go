@@ -1,6 +1,8 @@
 package receive
 
 import (
+	"bufio"
+	"errors"
 	"io"
 	"sync"
 
@@ -35,12 +37,16 @@ func (d *decoderPools) open(coding string, r io.Reader) (io.Reader, func(), erro
 		}
 		return zr, func() { d.gzip.Put(zr) }, nil
 	case "deflate":
-		// HTTP's deflate coding is the zlib format (RFC 9110).
-		zr, err := zlib.NewReader(r)
+		// HTTP's deflate coding is the zlib format (RFC 9110). zlib stops at
+		// the end of its stream; reading from an io.ByteReader it reads no
+		// further, so what follows can be checked: as after gzip, bytes
+		// there are an error, never silently dropped.
+		br := bufio.NewReader(r)
+		zr, err := zlib.NewReader(br)
 		if err != nil {
 			return nil, nil, err
 		}
-		return zr, func() { _ = zr.Close() }, nil
+		return &endChecked{r: zr, rest: br}, func() { _ = zr.Close() }, nil
 	case "zstd":
 		zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
 			zstd.WithDecoderMaxWindow(32<<20))
@@ -50,4 +56,23 @@ func (d *decoderPools) open(coding string, r io.Reader) (io.Reader, func(), erro
 		return zr, zr.Close, nil
 	}
 	return nil, nil, errorf(UnknownCompression, "Content-Encoding %q is not supported: use gzip, deflate or zstd, or send the body as it is", coding)
+}
+
+// endChecked is a decoder whose end must also be the end of its input.
+type endChecked struct {
+	r    io.Reader
+	rest io.ByteReader
+}
+
+func (e *endChecked) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err == io.EOF {
+		if _, rerr := e.rest.ReadByte(); rerr != io.EOF {
+			if rerr == nil {
+				rerr = errors.New("data after the end of the compressed stream")
+			}
+			return n, rerr
+		}
+	}
+	return n, err
 }

@@ -21,8 +21,11 @@ import (
 	"github.com/weirhq/weir/internal/streamfile"
 )
 
-// fuzzHandler is a Handler on a real store in a temporary directory.
-func fuzzHandler(f *testing.F) (*Handler, *meta.Repo, *store.Store) {
+// fuzzHandler is the fuzz target's Handler.
+func fuzzHandler(f *testing.F) (*Handler, *meta.Repo, *store.Store) { return benchHandler(f) }
+
+// benchHandler is a Handler on a real store in a temporary directory.
+func benchHandler(f testing.TB) (*Handler, *meta.Repo, *store.Store) {
 	dir := f.TempDir()
 	repo, err := meta.Open(context.Background(), "", dir, nil)
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/config"
@@ -238,7 +240,13 @@ func (h *Handler) check(ctx context.Context, attrs *attr.Map) (decision, error) 
 		d.drop = true
 		return d, nil
 	}
-	f, err := h.opt.Feeds.GetFeed(ctx, d.feed)
+	var f feed.Feed
+	err := meta.ErrNotFound
+	// A name no feed can have is unknown without asking the database:
+	// PostgreSQL refuses NUL bytes and invalid UTF-8 even in a lookup.
+	if nameable(d.feed) {
+		f, err = h.opt.Feeds.GetFeed(ctx, d.feed)
+	}
 	switch {
 	case err == nil:
 		d.known = true
@@ -275,6 +283,10 @@ func (h *Handler) check(ctx context.Context, attrs *attr.Map) (decision, error) 
 		if !d.known {
 			return d, errorf(FeedNotDefined, "feed %q does not exist", d.feed)
 		}
+	case config.ReceiveAll:
+		if !nameable(d.feed) {
+			return d, errorf(FeedNotDefined, "feed %q cannot exist: a feed name is UTF-8 text without control characters", d.feed)
+		}
 	}
 	if d.typ == "" {
 		d.typ = "Raw Events"
@@ -287,6 +299,11 @@ func (h *Handler) check(ctx context.Context, attrs *attr.Map) (decision, error) 
 		}
 	}
 	return d, nil
+}
+
+// nameable reports whether a feed could have this name at all.
+func nameable(name string) bool {
+	return utf8.ValidString(name) && !strings.ContainsFunc(name, unicode.IsControl)
 }
 
 // streamType matches a Type against the configured types, case-insensitively,

@@ -58,6 +58,11 @@ func (p *post) storeZip(raw *bodyReader, body io.Reader, deferFeedCheck bool) (o
 	if err != nil {
 		return "", wrap(CompressedInvalid, err, "the body is not a valid zip file")
 	}
+	// The end record's count is 16 bits and the reader only checks it
+	// modulo 65536, so a zip can declare fewer entries than it holds.
+	if n := len(zr.File); n > h.cfg.MaxZipEntries {
+		return "", errorf(TooLarge, "the zip has %d entries, more than receive.maxZipEntries (%d)", n, h.cfg.MaxZipEntries)
+	}
 	names := make([]string, len(zr.File))
 	for i, zf := range zr.File {
 		names[i] = zf.Name
@@ -67,7 +72,10 @@ func (p *post) storeZip(raw *bodyReader, body io.Reader, deferFeedCheck bool) (o
 		return "", wrap(InvalidDataFormat, err, "the zip breaks the Stroom zip format")
 	}
 
-	ctx := p.r.Context()
+	// The body is all here: the post no longer depends on the connection.
+	// Go cancels the request's context when the sender shuts down its
+	// sending side after the body, which must not fail the checks below.
+	ctx := context.WithoutCancel(p.r.Context())
 	post := h.opt.Store.Begin()
 	committed := false
 	defer func() {

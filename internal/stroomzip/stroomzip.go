@@ -151,10 +151,14 @@ func CheckName(name string) error {
 // ErrNotZip means the bytes have no zip end-of-central-directory record.
 var ErrNotZip = errors.New("not a zip file: no end of central directory record")
 
-// EntryCount reads the number of entries a zip declares, from its end of
-// central directory record (zip64 too), without reading the directory:
-// the count can be checked against a limit before anything is allocated.
+// EntryCount returns an upper bound of the number of entries of a zip,
+// from its end of central directory record (zip64 too), without reading the
+// directory, so that it can be checked against a limit before anything is
+// allocated. The declared count is only 16 bits in a plain zip and readers
+// check it modulo 65536, so the bound is also the directory's size divided
+// by the smallest size of a directory entry (46 bytes).
 func EntryCount(r io.ReaderAt, size int64) (uint64, error) {
+	const minDirEntry = 46
 	const eocdLen, maxComment = 22, 65535
 	tail := int64(eocdLen + maxComment)
 	if tail > size {
@@ -169,8 +173,9 @@ func EntryCount(r io.ReaderAt, size int64) (uint64, error) {
 			continue
 		}
 		count := uint64(binary.LittleEndian.Uint16(buf[i+10:]))
-		if count != 0xffff {
-			return count, nil
+		dirSize := uint64(binary.LittleEndian.Uint32(buf[i+12:]))
+		if count != 0xffff && dirSize != 0xffffffff {
+			return max(count, dirSize/minDirEntry), nil
 		}
 		// Zip64: the locator sits just before the record and points at the zip64 record.
 		loc := size - tail + int64(i) - 20
@@ -189,7 +194,7 @@ func EntryCount(r io.ReaderAt, size int64) (uint64, error) {
 		if _, err := r.ReadAt(rec[:], off); err != nil || binary.LittleEndian.Uint32(rec[:]) != 0x06064b50 {
 			return 0, fmt.Errorf("zip64 record missing: %w", ErrNotZip)
 		}
-		return binary.LittleEndian.Uint64(rec[32:]), nil
+		return max(binary.LittleEndian.Uint64(rec[32:]), binary.LittleEndian.Uint64(rec[40:])/minDirEntry), nil
 	}
 	return 0, ErrNotZip
 }

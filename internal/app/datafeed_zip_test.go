@@ -1,0 +1,449 @@
+package app_test
+
+import (
+	"archive/zip"
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/feed"
+	"github.com/weirhq/weir/internal/meta"
+)
+
+// unzip returns a zip's entries by name.
+func unzip(t testing.TB, b []byte) map[string]string {
+	t.Helper()
+	zr, err := zip.NewReader(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, f := range zr.File {
+		rc, err := f.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[f.Name] = string(c)
+	}
+	return out
+}
+
+// zipStreams returns every stream, asserting that all of them belong to the
+// post with this receipt id.
+func zipStreams(t testing.TB, s interface{ Streams() []meta.Stream }, receipt string, n int) []meta.Stream {
+	t.Helper()
+	st := s.Streams()
+	if len(st) != n {
+		t.Fatalf("want %d streams, got %d: %+v", n, len(st), st)
+	}
+	for _, x := range st {
+		if x.ReceiptID != receipt || x.Attributes.Value("ReceiptId") != receipt {
+			t.Errorf("stream %d: receipt %q ReceiptId %q, want %q", x.ID, x.ReceiptID, x.Attributes.Value("ReceiptId"), receipt)
+		}
+	}
+	return st
+}
+
+// TestDatafeedZipSample posts the reference system's sample zip: four groups
+// of data, context and meta become four parts of one stream; each part's meta
+// is the request's attributes with the group's .meta on top (case 35: groups
+// whose .meta carries no receipt information get the post's).
+func TestDatafeedZipSample(t *testing.T) {
+	t.Parallel()
+	body, err := os.ReadFile(sampleZip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := unzip(t, body)
+	s := start(t, nil)
+	r := post(t, s, body, "Feed", testFeed, "Compression", "ZIP", "System", "SAMPLES")
+	id := r.ok(t)
+	st := oneStream(t, s, testFeed, "Raw Events", id)
+	base := firstHop(t, s, r, id, st.Attributes).with("Feed", testFeed, "Type", "Raw Events", "System", "SAMPLES")
+	var parts []part
+	total := 0
+	for i := 1; i <= 4; i++ {
+		name := fmt.Sprintf("DATA_SPLITTER-EVENTS~SOURCE~%d", i)
+		data := entries[name+".dat"]
+		if len(data) != 499 {
+			t.Fatalf("%s.dat has %d bytes", name, len(data))
+		}
+		total += len(data)
+		parts = append(parts, part{
+			data: data,
+			ctx:  ptr(entries[name+".ctx"]),
+			meta: base.with("Generator", fmt.Sprintf("This comes from meta data %d", i), "StreamSize", itoa(len(data))),
+		})
+	}
+	wantAttrs(t, "stream", st.Attributes, base.with("StreamSize", itoa(total)))
+	wantParts(t, s, st, parts...)
+	if l := receiveLog(t, s, "receiptId", id); l.num("bytes") != float64(len(body)) || l.num("storedBytes") != float64(total) {
+		t.Errorf("log %v", l)
+	}
+	// Durable.
+	s = s.Restart()
+	wantParts(t, s, oneStream(t, s, testFeed, "Raw Events", id), parts...)
+}
+
+// TestDatafeedZipSingleEntry: a zip with one TEST.txt entry is one part (case 13).
+func TestDatafeedZipSingleEntry(t *testing.T) {
+	t.Parallel()
+	s := start(t, nil)
+	r := post(t, s, zipOf(t, "TEST.txt", "SOME TEST DATA"), "Feed", testFeed, "Compression", "zip")
+	id := r.ok(t)
+	st := oneStream(t, s, testFeed, "Raw Events", id)
+	base := firstHop(t, s, r, id, st.Attributes).with("Feed", testFeed, "Type", "Raw Events", "StreamSize", "14")
+	wantAttrs(t, "stream", st.Attributes, base)
+	wantParts(t, s, st, part{data: "SOME TEST DATA", meta: base})
+}
+
+// TestDatafeedZipGrouping: entries are grouped by base name into parts, in the
+// order each group first appears; .meta/.hdr/.header/.met are meta, .ctx and
+// .context context, .mf/.manifest manifests (cases 23-29).
+func TestDatafeedZipGrouping(t *testing.T) {
+	t.Parallel()
+	asc := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	desc := []int{10, 9, 8, 7, 6, 5, 4, 3, 2, 1}
+	entries := func(order []int, f func(i int) []string) []string {
+		var out []string
+		for _, i := range order {
+			out = append(out, f(i)...)
+		}
+		return out
+	}
+	data := func(ext string) func(int) []string {
+		return func(i int) []string { return []string{fmt.Sprintf("%d.%s", i, ext), fmt.Sprintf("data %d\n", i)} }
+	}
+	metaEntry := func(ext string) func(int) []string {
+		return func(i int) []string { return []string{fmt.Sprintf("%d.%s", i, ext), fmt.Sprintf("META:VALUE%d\n", i)} }
+	}
+	both := func(first, second func(int) []string) func(int) []string {
+		return func(i int) []string { return append(first(i), second(i)...) }
+	}
+	for _, tc := range []struct {
+		name     string
+		entries  []string
+		order    []int // the parts' numbers, in stored order
+		withMeta bool
+	}{
+		{"txt", entries(asc, data("txt")), asc, false},                                                                               // case 23
+		{"dat", entries(asc, data("dat")), asc, false},                                                                               // case 24
+		{"txt+meta_interleaved", entries(asc, both(data("txt"), metaEntry("meta"))), asc, true},                                      // case 25
+		{"txt+hdr_interleaved", entries(asc, both(data("txt"), metaEntry("hdr"))), asc, true},                                        // case 26
+		{"hdr_before_txt_descending", entries(desc, both(metaEntry("hdr"), data("txt"))), desc, true},                                // case 27
+		{"all_hdr_then_all_txt_descending", append(entries(desc, metaEntry("hdr")), entries(desc, data("txt"))...), desc, true},      // case 28
+		{"all_hdr_descending_then_txt_ascending", append(entries(desc, metaEntry("hdr")), entries(asc, data("txt"))...), desc, true}, // case 29
+		{"header_and_met", append(entries(asc[:5], both(data("dat"), metaEntry("header"))), entries(asc[5:], both(metaEntry("met"), data("DAT")))...), asc, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := start(t, nil)
+			r := send(t, s, http.MethodPost, "/datafeed?TEST=VALUE", bytes.NewReader(zipOf(t, tc.entries...)), "Feed", testFeed, "Compression", "ZIP")
+			id := r.ok(t)
+			st := oneStream(t, s, testFeed, "Raw Events", id)
+			base := firstHop(t, s, r, id, st.Attributes).with("Feed", testFeed, "Type", "Raw Events", "TEST", "VALUE")
+			var parts []part
+			total := 0
+			for _, i := range tc.order {
+				d := fmt.Sprintf("data %d\n", i)
+				total += len(d)
+				m := base.with("StreamSize", itoa(len(d)))
+				if tc.withMeta {
+					m["META"] = fmt.Sprintf("VALUE%d", i)
+				}
+				parts = append(parts, part{data: d, meta: m})
+			}
+			wantAttrs(t, "stream", st.Attributes, base.with("StreamSize", itoa(total)))
+			wantParts(t, s, st, parts...)
+		})
+	}
+	t.Run("kinds", func(t *testing.T) {
+		t.Parallel()
+		s := start(t, nil)
+		body := zipOf(t,
+			"001.dat", "d1", "001.ctx", "c1", "001.meta", "K:1",
+			"002.context", "c2", "002.hdr", "K:2", "002.dat", "d2",
+			"003.header", "K:3", "003.txt", "d3",
+			"004.MET", "K:4", "004.DAT", "d4", "004.CTX", "c4",
+			// A manifest applies first, its group's meta wins.
+			"005.mf", "K:manifest\nM:5", "005.meta", "K:5", "005.dat", "d5",
+			"006.manifest", "M:6", "006.dat", "d6",
+			"dir/", "",
+			"dir/007.dat", "d7", "dir/007.meta", "K:7",
+			// An unknown extension with no known sibling is a data entry named in full.
+			"2023.11.15.10001", "d8",
+			// A group with no data entry still is a part, with empty data.
+			"009.meta", "K:9",
+			// An empty meta entry adds nothing.
+			"010.dat", "d10", "010.meta", "",
+		)
+		r := post(t, s, body, "Feed", testFeed, "Compression", "ZIP")
+		id := r.ok(t)
+		st := oneStream(t, s, testFeed, "Raw Events", id)
+		base := firstHop(t, s, r, id, st.Attributes).with("Feed", testFeed, "Type", "Raw Events")
+		m := func(d string, kv ...string) attrs { return base.with(append(kv, "StreamSize", itoa(len(d)))...) }
+		wantParts(t, s, st,
+			part{data: "d1", ctx: ptr("c1"), meta: m("d1", "K", "1")},
+			part{data: "d2", ctx: ptr("c2"), meta: m("d2", "K", "2")},
+			part{data: "d3", meta: m("d3", "K", "3")},
+			part{data: "d4", ctx: ptr("c4"), meta: m("d4", "K", "4")},
+			part{data: "d5", meta: m("d5", "K", "5", "M", "5")},
+			part{data: "d6", meta: m("d6", "M", "6")},
+			part{data: "d7", meta: m("d7", "K", "7")},
+			part{data: "d8", meta: m("d8")},
+			part{data: "", meta: m("", "K", "9")},
+			part{data: "d10", meta: m("d10")},
+		)
+		wantAttrs(t, "stream", st.Attributes, base.with("StreamSize", itoa(len("d1d2d3d4d5d6d7d8d10"))))
+	})
+}
+
+// TestDatafeedZipFeeds: a group's meta entry may name another feed (and type):
+// its parts go to a stream on that feed, every stream of the post shares the
+// receipt id, and every feed is checked (cases 17-19).
+func TestDatafeedZipFeeds(t *testing.T) {
+	t.Parallel()
+	t.Run("meta_names_two_feeds", func(t *testing.T) { // case 18
+		t.Parallel()
+		s := start(t, nil)
+		s.CreateFeed("FEED-A", "", "")
+		s.CreateFeed("FEED-B", "", "Events")
+		body := zipOf(t,
+			"1.meta", "Feed:FEED-A", "1.dat", "a1",
+			"2.meta", "Feed:FEED-B", "2.dat", "b2",
+			"3.dat", "t3", // no meta: the header's feed
+			"4.meta", "Feed:FEED-A\nX:4", "4.dat", "a4",
+		)
+		r := post(t, s, body, "Feed", testFeed, "Compression", "ZIP")
+		id := r.ok(t)
+		st := zipStreams(t, s, id, 3)
+		base := firstHop(t, s, r, id, st[0].Attributes)
+		a := base.with("Feed", "FEED-A", "Type", "Raw Events")
+		b := base.with("Feed", "FEED-B", "Type", "Events")
+		h := base.with("Feed", testFeed, "Type", "Raw Events")
+		checkStream(t, st[0], "FEED-A", "Raw Events", id)
+		wantAttrs(t, "FEED-A", st[0].Attributes, a.with("StreamSize", "4"))
+		wantParts(t, s, st[0], part{data: "a1", meta: a.with("StreamSize", "2")}, part{data: "a4", meta: a.with("X", "4", "StreamSize", "2")})
+		checkStream(t, st[1], "FEED-B", "Events", id)
+		wantAttrs(t, "FEED-B", st[1].Attributes, b.with("StreamSize", "2"))
+		wantParts(t, s, st[1], part{data: "b2", meta: b.with("StreamSize", "2")})
+		checkStream(t, st[2], testFeed, "Raw Events", id)
+		wantAttrs(t, testFeed, st[2].Attributes, h.with("StreamSize", "2"))
+		wantParts(t, s, st[2], part{data: "t3", meta: h.with("StreamSize", "2")})
+	})
+	t.Run("two_groups_one_feed", func(t *testing.T) { // case 19
+		t.Parallel()
+		s := start(t, nil)
+		id := post(t, s, zipOf(t, "1.meta", "Feed:"+testFeed, "1.dat", "one", "2.dat", "two"), "Feed", testFeed, "Compression", "ZIP").ok(t)
+		st := oneStream(t, s, testFeed, "Raw Events", id)
+		if st.Parts != 2 || string(s.Read(st.ID, 0, 1)) != "two" {
+			t.Errorf("parts %d", st.Parts)
+		}
+	})
+	t.Run("reference_feed", func(t *testing.T) { // case 17
+		// Weir differs on purpose: reference feeds are not special, so both
+		// groups are parts of one stream.
+		t.Parallel()
+		s := start(t, nil)
+		s.CreateFeed("REF-FEED", "", "Raw Reference")
+		body := zipOf(t, "1.meta", "A:1", "1.ctx", "c1", "1.dat", "r1", "2.meta", "A:2", "2.ctx", "c2", "2.dat", "r2")
+		id := post(t, s, body, "Feed", "REF-FEED", "Compression", "ZIP").ok(t)
+		st := oneStream(t, s, "REF-FEED", "Raw Reference", id)
+		if st.Parts != 2 {
+			t.Errorf("parts %d", st.Parts)
+		}
+	})
+	t.Run("meta_type", func(t *testing.T) {
+		// A Type in a meta entry sends the group to a stream of that type.
+		t.Parallel()
+		s := start(t, nil)
+		id := post(t, s, zipOf(t, "1.meta", "Type:Events", "1.dat", "e", "2.dat", "r"), "Feed", testFeed, "Compression", "ZIP").ok(t)
+		st := zipStreams(t, s, id, 2)
+		checkStream(t, st[0], testFeed, "Events", id)
+		checkStream(t, st[1], testFeed, "Raw Events", id)
+	})
+	t.Run("meta_effective_time", func(t *testing.T) {
+		// The first part's EffectiveTime (or periodStartTime) sets the stream's.
+		t.Parallel()
+		s := start(t, nil)
+		s.CreateFeed("FEED-A", "", "")
+		body := zipOf(t, "1.meta", "EffectiveTime:2024-03-01T14:34:56+02:00", "1.dat", "x",
+			"2.meta", "Feed:FEED-A\nperiodStartTime:2020-05-06T07:08:09.010Z", "2.dat", "y")
+		id := post(t, s, body, "Feed", testFeed, "Compression", "ZIP").ok(t)
+		st := zipStreams(t, s, id, 2)
+		if st[0].EffectiveMs != 1709296496000 || st[1].EffectiveMs != 1588748889010 {
+			t.Errorf("effective %d %d", st[0].EffectiveMs, st[1].EffectiveMs)
+		}
+		if m := string(s.Read(st[0].ID, 2, 0)); !strings.HasPrefix(m, "EffectiveTime:2024-03-01T12:34:56.000Z\n") {
+			t.Errorf("meta %q", m)
+		}
+	})
+	t.Run("no_feed_header", func(t *testing.T) {
+		// The feeds may be named only in the meta entries.
+		t.Parallel()
+		s := start(t, nil)
+		s.CreateFeed("FEED-A", "", "")
+		body := zipOf(t, "1.meta", "Feed:FEED-A", "1.dat", "a", "2.meta", "Feed:"+testFeed, "2.dat", "t")
+		r := post(t, s, body, "Compression", "ZIP", "GUID", "nofeed")
+		id := r.ok(t)
+		st := zipStreams(t, s, id, 2)
+		checkStream(t, st[0], "FEED-A", "Raw Events", id)
+		checkStream(t, st[1], testFeed, "Raw Events", id)
+		if got := string(s.Read(st[0].ID, 0, 0)) + string(s.Read(st[1].ID, 0, 0)); got != "at" {
+			t.Errorf("data %q", got)
+		}
+		if l := receiveLog(t, s, "guid", "nofeed"); l.str("feed") != "FEED-A" {
+			t.Errorf("log %v", l)
+		}
+		// A group that names no feed fails the post.
+		s2 := start(t, nil)
+		post(t, s2, zipOf(t, "1.meta", "Feed:"+testFeed, "1.dat", "a", "2.dat", "b"), "Compression", "ZIP").
+			fails(t, 406, 100, "Feed must be specified", `"2"`)
+		// The Type header is still checked before the body.
+		post(t, s2, body, "Compression", "ZIP", "Type", "Bogus").fails(t, 406, 102)
+		nothingStored(t, s2)
+	})
+	t.Run("rejected_group_rejects_post", func(t *testing.T) {
+		t.Parallel()
+		s := start(t, nil)
+		s.CreateFeed("REJECTING", feed.Reject, "")
+		// The first group is written before the second is checked; all of
+		// it must go.
+		big := strings.Repeat("first group data\n", 50000)
+		for _, tc := range []struct {
+			name   string
+			body   []byte
+			hdr    []string
+			status int
+			msg    string
+		}{
+			{"rejecting_feed", zipOf(t, "1.dat", big, "2.meta", "Feed:REJECTING", "2.dat", "x"), []string{"Feed", testFeed}, 110, `part "2"`},
+			{"unknown_feed", zipOf(t, "1.dat", big, "2.meta", "Feed:NO-SUCH-FEED", "2.dat", "x"), []string{"Feed", testFeed}, 110, "NO-SUCH-FEED"},
+			{"bad_type", zipOf(t, "1.dat", big, "2.meta", "Type:Bogus", "2.dat", "x"), []string{"Feed", testFeed}, 102, "Bogus"},
+			{"no_feed_header", zipOf(t, "1.meta", "Feed:"+testFeed, "1.dat", big, "2.meta", "Feed:REJECTING", "2.dat", "x"), nil, 110, "REJECTING"},
+		} {
+			post(t, s, tc.body, append([]string{"Compression", "ZIP"}, tc.hdr...)...).fails(t, 406, tc.status, tc.msg)
+			nothingStored(t, s)
+		}
+	})
+	t.Run("dropped_groups_skipped", func(t *testing.T) {
+		t.Parallel()
+		s := start(t, nil)
+		s.CreateFeed("DROPPING", feed.Drop, "")
+		r := post(t, s, zipOf(t, "1.dat", "one", "2.meta", "Feed:DROPPING", "2.dat", "two", "3.dat", "three"), "Feed", testFeed, "Compression", "ZIP")
+		id := r.ok(t)
+		st := oneStream(t, s, testFeed, "Raw Events", id)
+		base := firstHop(t, s, r, id, st.Attributes).with("Feed", testFeed, "Type", "Raw Events")
+		wantParts(t, s, st, part{data: "one", meta: base.with("StreamSize", "3")}, part{data: "three", meta: base.with("StreamSize", "5")})
+		// Every group dropped: 200, nothing stored.
+		s2 := start(t, nil)
+		s2.CreateFeed("DROPPING", feed.Drop, "")
+		id = post(t, s2, zipOf(t, "1.meta", "Feed:DROPPING", "1.dat", "x"), "Feed", testFeed, "Compression", "ZIP").ok(t)
+		if l := receiveLog(t, s2, "receiptId", id); l.str("outcome") != "dropped" {
+			t.Errorf("log %v", l)
+		}
+		nothingStored(t, s2)
+	})
+}
+
+// TestDatafeedZipUpstreamMeta: a meta entry written by an upstream proxy
+// carries Feed, Type and earlier receipt information: Feed and Type come from
+// it, ReceiptId and ReceivedTime are this hop's, and every list reads
+// old,new (case 36).
+func TestDatafeedZipUpstreamMeta(t *testing.T) {
+	t.Parallel()
+	const (
+		p1 = "0000000000001_0000_P_proxy-1"
+		t1 = "2024-01-02T03:04:05.678Z"
+	)
+	s := start(t, nil)
+	s.CreateFeed("OTHER-FEED", "", "")
+	entry := strings.Join([]string{"Feed:OTHER-FEED", "Type:Events", "ReceiptId:" + p1, "ReceivedTime:" + t1,
+		"ReceivedPath:proxyhost", "GUID:g-upstream", "Proxied:yes"}, "\n")
+	r := post(t, s, zipOf(t, "0000000001.meta", entry, "0000000001.dat", "proxied data"), "Feed", testFeed, "Compression", "ZIP")
+	id := r.ok(t)
+	st := oneStream(t, s, "OTHER-FEED", "Events", id)
+	now := st.Attributes.Value("ReceivedTime")
+	hop := firstHop(t, s, r, id, st.Attributes)
+	wantAttrs(t, "stream", st.Attributes, hop.with("Feed", "OTHER-FEED", "Type", "Events", "StreamSize", "12"))
+	wantParts(t, s, st, part{data: "proxied data", meta: hop.with(
+		"Feed", "OTHER-FEED", "Type", "Events", "GUID", "g-upstream", "Proxied", "yes",
+		"ReceiptIdPath", p1+","+id, "ReceivedTimeHistory", t1+","+now, "ReceivedPath", "proxyhost,"+hostName(t),
+		"StreamSize", "12")})
+}
+
+// TestDatafeedZipInvalid: a body declared ZIP that is not a valid zip is
+// 500/400; a zip that breaks the Stroom zip format (names escaping the root,
+// duplicate entries, bad meta) is 406/104; nothing is stored (cases 8, 9, 22, 30).
+func TestDatafeedZipInvalid(t *testing.T) {
+	t.Parallel()
+	// A STORED entry whose bytes no longer match its CRC.
+	var b bytes.Buffer
+	zw := zip.NewWriter(&b)
+	w, _ := zw.CreateHeader(&zip.FileHeader{Name: "1.dat", Method: zip.Store})
+	io.WriteString(w, "SOME TEST DATA THAT WILL BE CORRUPTED")
+	zw.Close()
+	corrupt := b.Bytes()
+	i := bytes.Index(corrupt, []byte("CORRUPTED"))
+	corrupt[i] = 'X'
+	empty := zipOf(t)
+	truncated := zipOf(t, "1.dat", strings.Repeat("data ", 1000))
+	for _, tc := range []struct {
+		name           string
+		body           []byte
+		http, status   int
+		msg            string
+		maxMetaEntries bool
+	}{
+		{"58_bytes_of_text", []byte(strings.Repeat("x", 58)), 500, 400, "not a valid zip", false}, // case 8
+		{"SMALL_DATA", []byte("SMALL DATA"), 500, 400, "not a valid zip", false},                  // case 9
+		{"half_an_empty_zip", empty[:len(empty)/2], 500, 400, "not a valid zip", false},           // case 22
+		{"truncated", truncated[:len(truncated)-30], 500, 400, "Compressed stream invalid", false},
+		{"corrupt_entry", corrupt, 500, 400, "checksum", false}, // case 30
+		{"escaping_name", zipOf(t, "../x.dat", "x"), 406, 104, "escapes", false},
+		{"escaping_name_inside", zipOf(t, "a/../../x.dat", "x"), 406, 104, "escapes", false},
+		{"absolute_name", zipOf(t, "/etc/x.dat", "x"), 406, 104, "absolute", false},
+		{"backslash_name", zipOf(t, `..\x.dat`, "x"), 406, 104, "Data format is invalid", false},
+		{"name_ending_in_dot", zipOf(t, "x.", "x"), 406, 104, "Data format is invalid", false},
+		{"comma_in_extension", zipOf(t, "x.d,at", "x"), 406, 104, "','", false},
+		{"duplicate_entry", zipOf(t, "1.dat", "a", "1.dat", "b"), 406, 104, `"1.dat"`, false},
+		{"two_meta_entries", zipOf(t, "1.dat", "a", "1.meta", "A:1", "1.hdr", "A:2"), 406, 104, "meta", false},
+		{"binary_meta", zipOf(t, "1.dat", "a", "1.meta", "A:\x00"), 406, 104, "NUL", false},
+		{"meta_too_large", zipOf(t, "1.dat", "a", "1.meta", "A:"+strings.Repeat("v", 2000)), 413, 410, "maxMetaEntrySize", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := start(t, func(c *config.Config) {
+				if tc.maxMetaEntries {
+					c.Receive.MaxMetaEntrySize = 1 << 10
+				}
+			})
+			post(t, s, tc.body, "Feed", testFeed, "Compression", "ZIP").fails(t, tc.http, tc.status, tc.msg)
+			nothingStored(t, s)
+		})
+	}
+}
+
+// TestDatafeedZipEmpty: a zip without entries (or only directories) is 200
+// with a receipt and nothing stored.
+func TestDatafeedZipEmpty(t *testing.T) {
+	t.Parallel()
+	s := start(t, nil)
+	for _, body := range [][]byte{zipOf(t), zipOf(t, "dir/", "", "dir/sub/", "")} {
+		id := post(t, s, body, "Feed", testFeed, "Compression", "ZIP").ok(t)
+		if l := receiveLog(t, s, "receiptId", id); l.str("outcome") != "empty" {
+			t.Errorf("log %v", l)
+		}
+	}
+	nothingStored(t, s)
+}
