@@ -90,7 +90,9 @@ func (p *post) receiveBody(compression, contentEncoding string, deferFeedCheck b
 		defer release()
 		src = &limitReader{r: dec, limit: h.limit()}
 	}
-	br := bufio.NewReaderSize(src, 64<<10)
+	br := h.readers.Get().(*bufio.Reader)
+	br.Reset(src)
+	defer func() { br.Reset(nil); h.readers.Put(br) }()
 	magic, err := br.Peek(4)
 	if len(magic) == 0 {
 		if err == io.EOF {

@@ -5,6 +5,7 @@
 package receive
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"log/slog"
@@ -52,7 +53,8 @@ type Handler struct {
 	types    map[string]string // lower-case type -> configured spelling
 	slots    chan struct{}
 	decoders decoderPools
-	bufs     sync.Pool
+	bufs     sync.Pool // *[]byte copy buffers
+	readers  sync.Pool // *bufio.Reader for peeking at bodies
 }
 
 // New builds a Handler. opt.Config must have passed config.Validate.
@@ -74,6 +76,7 @@ func New(opt Options) *Handler {
 		h.types[strings.ToLower(t)] = t
 	}
 	h.bufs.New = func() any { b := make([]byte, 64<<10); return &b }
+	h.readers.New = func() any { return bufio.NewReaderSize(nil, 64<<10) }
 	return h
 }
 
