@@ -282,7 +282,8 @@ func wantAttrs(t testing.TB, what string, got *attr.Map, want attrs) {
 // ReceiptId and ReceiptIdPath are the receipt; ReceivedTime and
 // ReceivedTimeHistory one UTC time between sending and the answer; GUID a
 // fresh UUID; RemoteAddress and RemoteHost the loopback address; ReceivedPath
-// this host. User-Agent is the one the tests send, Host the server's address.
+// this host. User-Agent is the one the tests send, Host the server's address,
+// UploadUserId and UploadUsername the unauthenticated sender.
 func firstHop(t testing.TB, s *apptest.Server, r *resp, receipt string, got *attr.Map) attrs {
 	t.Helper()
 	rt := got.Value("ReceivedTime")
@@ -296,6 +297,8 @@ func firstHop(t testing.TB, s *apptest.Server, r *resp, receipt string, got *att
 		"ReceivedTime": rt, "ReceivedTimeHistory": rt, "ReceivedPath": hostName(t),
 		"GUID": guid, "RemoteAddress": "127.0.0.1", "RemoteHost": "127.0.0.1",
 		"User-Agent": userAgent, "Host": addr(s),
+		// These servers do not authenticate senders; the identity is recorded anyway.
+		"UploadUserId": "UNAUTHENTICATED_USER", "UploadUsername": "UNAUTHENTICATED_USER",
 	}
 }
 

@@ -257,6 +257,7 @@ func TestDatafeedExcludedHeaders(t *testing.T) {
 	checkTime(t, rt, r)
 	want := attrs{
 		"Feed": testFeed, "GUID": "g-1", "Kept": "yes", "Kept2": "yes", "User-Agent": userAgent, "Host": addr(s),
+		"UploadUserId": "UNAUTHENTICATED_USER", "UploadUsername": "UNAUTHENTICATED_USER",
 		"ReceiptId": id, "ReceiptIdPath": id, "ReceivedTime": rt, "ReceivedTimeHistory": rt,
 		"ReceivedPath": hostName(t), "StreamSize": "4",
 	}
@@ -328,7 +329,8 @@ func TestDatafeedUpstreamHop(t *testing.T) {
 			st := oneStream(t, s, testFeed, "Raw Events", id)
 			now := st.Attributes.Value("ReceivedTime")
 			checkTime(t, now, r)
-			want := tc.want(id, now).with("Feed", testFeed, "User-Agent", userAgent, "Host", addr(s), "StreamSize", "4")
+			want := tc.want(id, now).with("Feed", testFeed, "User-Agent", userAgent, "Host", addr(s), "StreamSize", "4",
+				"UploadUserId", "UNAUTHENTICATED_USER", "UploadUsername", "UNAUTHENTICATED_USER")
 			want["ReceivedPath"] += hostName(t)
 			wantAttrs(t, "stream", st.Attributes, want)
 			wantParts(t, s, st, part{data: "data", meta: want})

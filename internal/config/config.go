@@ -24,8 +24,37 @@ type Config struct {
 	DB      string  `yaml:"db"`
 	Node    string  `yaml:"node"`
 	Log     Log     `yaml:"log"`
-	Receive Receive `yaml:"receive"`
-	Store   Store   `yaml:"store"`
+	Receive  Receive  `yaml:"receive"`
+	Store    Store    `yaml:"store"`
+	TLS      TLS      `yaml:"tls"`
+	Security Security `yaml:"security"`
+}
+
+// TLS makes weir serve HTTPS, optionally with client certificates (mutual TLS).
+type TLS struct {
+	CertFile     string `yaml:"certFile"`     // PEM certificate chain; empty: plain HTTP
+	KeyFile      string `yaml:"keyFile"`      // PEM private key; must not be readable by others
+	ClientCAFile string `yaml:"clientCAFile"` // PEM CAs that sign client certificates
+	ClientAuth   string `yaml:"clientAuth"`   // none, request (verify if sent) or require
+}
+
+// Security configures API callers and token verification.
+type Security struct {
+	OIDC    OIDC    `yaml:"oidc"`
+	APIKeys APIKeys `yaml:"apiKeys"`
+}
+
+// OIDC configures verification of OpenID Connect bearer tokens.
+type OIDC struct {
+	Issuer              string   `yaml:"issuer"`              // issuer URL; discovery and JWKS come from it; empty: no OIDC
+	Audiences           []string `yaml:"audiences"`           // accepted "aud" values (client ids)
+	UniqueIdentityClaim string   `yaml:"uniqueIdentityClaim"` // becomes UploadUserId
+	UsernameClaim       string   `yaml:"usernameClaim"`       // becomes UploadUsername
+}
+
+// APIKeys configures weir's own API keys.
+type APIKeys struct {
+	MaxExpiry Duration `yaml:"maxExpiry"` // longest lifetime a key may be given
 }
 
 // Log configures the process log.
@@ -75,6 +104,13 @@ type Receive struct {
 	BodyIdleTimeout                    Duration             `yaml:"bodyIdleTimeout"`
 	MaxZipEntries                      int                  `yaml:"maxZipEntries"`
 	MaxMetaEntrySize                   ByteSize             `yaml:"maxMetaEntrySize"`
+	EnabledAuthenticationTypes         []string             `yaml:"enabledAuthenticationTypes"`
+	DataFeedIdentitiesDir              string               `yaml:"dataFeedIdentitiesDir"` // relative to the data directory unless absolute
+	DataFeedOwnerMetaKey               string               `yaml:"dataFeedOwnerMetaKey"`
+	DataFeedKeyCacheTTL                Duration             `yaml:"dataFeedKeyCacheTTL"`
+	X509CertificateDnHeader            string               `yaml:"x509CertificateDnHeader"`
+	X509CertificateDnFormat            string               `yaml:"x509CertificateDnFormat"`
+	AllowedCertificateProviders        []string             `yaml:"allowedCertificateProviders"`
 }
 
 // Store configures the stream store.
@@ -109,8 +145,19 @@ func Default() Config {
 			BodyIdleTimeout:                    Duration(60 * time.Second),
 			MaxZipEntries:                      10000,
 			MaxMetaEntrySize:                   1 << 20,
+			EnabledAuthenticationTypes:         []string{"DATA_FEED_KEY", "TOKEN", "CERTIFICATE"},
+			DataFeedIdentitiesDir:              "data_feed_identities",
+			DataFeedOwnerMetaKey:               "AccountId",
+			DataFeedKeyCacheTTL:                Duration(5 * time.Minute),
+			X509CertificateDnHeader:            "X-SSL-CLIENT-S-DN",
+			X509CertificateDnFormat:            "LDAP",
 		},
 		Store: Store{BlockSize: 256 << 10},
+		TLS:   TLS{ClientAuth: "request"},
+		Security: Security{
+			OIDC:    OIDC{UniqueIdentityClaim: "sub", UsernameClaim: "preferred_username"},
+			APIKeys: APIKeys{MaxExpiry: Duration(365 * 24 * time.Hour)},
+		},
 	}
 }
 
@@ -164,9 +211,37 @@ func (c *Config) Validate() error {
 		add("log.format: %q is not one of json, text", c.Log.Format)
 	}
 	r := &c.Receive
-	if r.AuthenticationRequired {
-		add("receive.authenticationRequired: sender authentication is not implemented in this version of weir; " +
-			"set it to false (the server then warns at start that senders are not authenticated)")
+	for _, t := range r.EnabledAuthenticationTypes {
+		switch strings.ToUpper(t) {
+		case "DATA_FEED_KEY", "TOKEN", "CERTIFICATE", "CERTIFICATE_IDENTITY":
+		default:
+			add("receive.enabledAuthenticationTypes: %q is not one of DATA_FEED_KEY, TOKEN, CERTIFICATE, CERTIFICATE_IDENTITY", t)
+		}
+	}
+	if r.AuthenticationRequired && len(r.EnabledAuthenticationTypes) == 0 {
+		add("receive.enabledAuthenticationTypes: must list at least one type when authenticationRequired is true")
+	}
+	if strings.TrimSpace(r.DataFeedOwnerMetaKey) == "" {
+		add("receive.dataFeedOwnerMetaKey: must name a header")
+	}
+	switch strings.ToUpper(r.X509CertificateDnFormat) {
+	case "LDAP", "OPEN_SSL":
+	default:
+		add("receive.x509CertificateDnFormat: %q is not one of LDAP, OPEN_SSL", r.X509CertificateDnFormat)
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		add("tls: certFile and keyFile must be set together")
+	}
+	switch c.TLS.ClientAuth {
+	case "none", "request", "require":
+	default:
+		add("tls.clientAuth: %q is not one of none, request, require", c.TLS.ClientAuth)
+	}
+	if c.TLS.ClientAuth == "require" && c.TLS.ClientCAFile == "" {
+		add("tls.clientAuth: require needs tls.clientCAFile")
+	}
+	if c.Security.APIKeys.MaxExpiry <= 0 {
+		add("security.apiKeys.maxExpiry: must be positive")
 	}
 	switch r.ReceiptCheckMode {
 	case FeedStatus, FeedExistence, ReceiveAll, DropAll, RejectAll:

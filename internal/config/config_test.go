@@ -106,10 +106,12 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("defaults invalid: %v", err)
 	}
 	cfg.Receive.AuthenticationRequired = true
+	cfg.Receive.EnabledAuthenticationTypes = nil
 	cfg.Receive.ReceiptCheckMode = "SOMETIMES"
 	cfg.DB = "mysql://x"
+	cfg.TLS.CertFile = "x.pem"
 	err := cfg.Validate()
-	for _, want := range []string{"authenticationRequired", "receiptCheckMode", "db:"} {
+	for _, want := range []string{"enabledAuthenticationTypes", "receiptCheckMode", "db:", "keyFile"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v; want mention of %s", err, want)
 		}

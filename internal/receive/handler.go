@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/weirhq/weir/internal/attr"
+	"github.com/weirhq/weir/internal/auth"
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/feed"
 	"github.com/weirhq/weir/internal/meta"
@@ -36,6 +37,7 @@ type Feeds interface {
 type Options struct {
 	Config  config.Receive
 	Feeds   Feeds
+	Auth    *auth.Chain // who may send; nil: nobody is authenticated
 	Store   *store.Store
 	IDs     *receipt.Generator
 	Host    string // this host's name, appended to ReceivedPath
@@ -121,6 +123,7 @@ type post struct {
 	storedBytes int64
 	streams     []int64
 	flagged     string // undeclared compression detected: "gzip" or "zip"
+	user        string // the authenticated sender (UploadUserId)
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -150,6 +153,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (p *post) run() (outcome, error) {
 	h := p.h
 	p.attrs = requestAttributes(p.r, attr.Hop{ReceiptID: p.receiptID, Time: p.received, Host: h.opt.Host})
+	if err := p.authenticate(); err != nil {
+		return "", err
+	}
 	p.compression = p.attrs.Value("Compression")
 	p.attrs.Delete("Compression")
 	compression := strings.ToUpper(p.compression)
@@ -196,6 +202,21 @@ func (p *post) run() (outcome, error) {
 		defer m.inflight.Dec()
 	}
 	return p.receiveBody(compression, contentEncoding, deferFeedCheck)
+}
+
+// authenticate identifies the sender (before any check, as in the
+// reference) and records the identity on the post's attributes.
+func (p *post) authenticate() error {
+	id := &auth.Identity{SubjectID: auth.Unauthenticated, DisplayName: auth.Unauthenticated}
+	if a := p.h.opt.Auth; a != nil {
+		var err error
+		if id, err = a.Authenticate(p.r.Context(), &auth.Request{HTTP: p.r, Attrs: p.attrs}); err != nil {
+			return err
+		}
+	}
+	auth.Apply(p.attrs, id)
+	p.user = id.SubjectID
+	return nil
 }
 
 // decision is the result of the receipt checks for one feed and type.
@@ -339,6 +360,12 @@ func (p *post) log(out outcome, e *Error, msg string, start time.Time) {
 	}
 	if p.attrs != nil {
 		args = append(args, "guid", p.attrs.Value("GUID"))
+	}
+	if p.user != "" {
+		args = append(args, "user", p.user)
+	}
+	if e != nil && e.Internal != nil {
+		args = append(args, "cause", e.Internal.Error())
 	}
 	if len(p.streams) > 0 {
 		args = append(args, "streams", p.streams)

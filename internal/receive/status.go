@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/weirhq/weir/internal/auth"
 )
 
 // Code is a datafeed status code, sent as Service-Status (and Stroom-Status).
@@ -55,24 +57,44 @@ var codes = map[Code]codeInfo{
 }
 
 // HTTPStatus is the HTTP status sent with the code.
-func (c Code) HTTPStatus() int { return codes[c].http }
+func (c Code) HTTPStatus() int {
+	if isAuth(c) {
+		return http.StatusUnauthorized
+	}
+	return codes[c].http
+}
 
 // Text is the code's short message.
-func (c Code) Text() string { return codes[c].text }
+func (c Code) Text() string {
+	if isAuth(c) {
+		return auth.CodeText(int(c))
+	}
+	return codes[c].text
+}
+
+// isAuth reports whether c is one of the authentication codes (300-315).
+func isAuth(c Code) bool { return c >= 300 && c < 400 }
 
 // Codes lists every code weir sends, for documentation and tests.
 func Codes() []Code {
-	return []Code{OK, FeedMustBeSpecified, FeedNotDefined, InvalidType, MandatoryHeaderMissing,
+	out := []Code{OK, FeedMustBeSpecified, FeedNotDefined, InvalidType, MandatoryHeaderMissing,
 		InvalidDataFormat, FeedNotReceiving, RejectedByPolicy, UnexpectedType, UnknownCompression,
-		UndeclaredCompression, CompressedInvalid, TooLarge, Unavailable, UnknownError}
+		UndeclaredCompression}
+	for _, c := range auth.Codes() {
+		out = append(out, Code(c))
+	}
+	return append(out, CompressedInvalid, TooLarge, Unavailable, UnknownError)
 }
 
 // Error is a post that failed with a status code. Detail says, for the
 // sender, what exactly was wrong; Err is the underlying cause, if any.
+// Internal is a cause that is logged but never sent (it could reveal
+// something about other senders' credentials).
 type Error struct {
-	Code   Code
-	Detail string
-	Err    error
+	Code     Code
+	Detail   string
+	Err      error
+	Internal error
 }
 
 func (e *Error) Error() string {
@@ -105,6 +127,10 @@ func asError(err error) *Error {
 	var e *Error
 	if errors.As(err, &e) {
 		return e
+	}
+	var f *auth.Failure
+	if errors.As(err, &f) {
+		return &Error{Code: Code(f.Code), Detail: f.Detail, Internal: f.Err}
 	}
 	return &Error{Code: UnknownError, Err: err}
 }

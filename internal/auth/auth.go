@@ -1,0 +1,254 @@
+// Package auth decides who sent a post. Each authenticator recognises one
+// kind of credential; a Chain tries the enabled ones in a fixed order and
+// the first identity wins. A credential that is absent or not of an
+// authenticator's kind is "not mine" (nil, nil); one that is of its kind but
+// wrong is a Failure with the status code that says which credential failed.
+package auth
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/weirhq/weir/internal/attr"
+)
+
+// Type is a kind of sender credential, named as in the reference system.
+type Type string
+
+const (
+	DataFeedKey         Type = "DATA_FEED_KEY"
+	CertificateIdentity Type = "CERTIFICATE_IDENTITY"
+	Token               Type = "TOKEN"
+	Certificate         Type = "CERTIFICATE"
+)
+
+// Order is the order in which authenticators are tried. It is the
+// reference system's: the most specific credential first, so that a
+// certificate identity (owner + DN, with attributes) is found before the
+// plain certificate CN would match the same certificate.
+var Order = []Type{DataFeedKey, CertificateIdentity, Token, Certificate}
+
+// ParseType accepts a type name in any case.
+func ParseType(s string) (Type, error) {
+	t := Type(strings.ToUpper(strings.TrimSpace(s)))
+	if slices.Contains(Order, t) {
+		return t, nil
+	}
+	return "", fmt.Errorf("authentication type %q is not one of DATA_FEED_KEY, CERTIFICATE_IDENTITY, TOKEN, CERTIFICATE", s)
+}
+
+// DisplayName is how a type is named in messages to senders.
+func (t Type) DisplayName() string {
+	switch t {
+	case DataFeedKey:
+		return "Data feed key"
+	case CertificateIdentity:
+		return "Certificate identity"
+	case Token:
+		return "OAuth Token"
+	case Certificate:
+		return "Certificate"
+	}
+	return string(t)
+}
+
+// Identity is an authenticated sender.
+type Identity struct {
+	Type        Type
+	SubjectID   string    // stored as UploadUserId
+	DisplayName string    // stored as UploadUsername
+	Attributes  *attr.Map // applied to the post's attributes, overriding the sender's headers; may be nil
+}
+
+// Unauthenticated is the identity of a post when authentication is not required.
+const Unauthenticated = "UNAUTHENTICATED_USER"
+
+// Request is what an authenticator sees of a post.
+type Request struct {
+	HTTP  *http.Request
+	Attrs *attr.Map // the post's attributes (headers and query parameters)
+}
+
+// Authorization is the raw Authorization header, minus an optional
+// "Bearer " prefix (any case): the form every bearer credential arrives in.
+func (r *Request) Authorization() string {
+	v := strings.TrimSpace(r.HTTP.Header.Get("Authorization"))
+	if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
+		v = strings.TrimSpace(v[7:])
+	}
+	return v
+}
+
+// Authenticator recognises one kind of credential.
+type Authenticator interface {
+	// Authenticate returns the sender's identity; (nil, nil) when the
+	// request carries no credential of this kind; a *Failure when it carries
+	// one that is wrong.
+	Authenticate(ctx context.Context, r *Request) (*Identity, error)
+}
+
+// Status codes, as in the reference system's table (all HTTP 401).
+const (
+	CertificateRequired           = 300
+	TokenRequired                 = 301
+	TokenOrCertificateRequired    = 302
+	DataFeedKeyRequired           = 303
+	AuthenticationRequired        = 304
+	CertificateFailed             = 310
+	TokenFailed                   = 311
+	TokenOrCertificateFailed      = 312
+	DataFeedKeyFailed             = 313
+	DataFeedKeyExpired            = 314
+	CertificateIdentityFailed     = 315
+	firstCode, lastCode           = 300, 315
+	codeTextUnknownAuthentication = "Authentication failed"
+)
+
+var codeText = map[int]string{
+	CertificateRequired:        "Client Certificate Required",
+	TokenRequired:              "Client Token Required",
+	TokenOrCertificateRequired: "Client token or certificate required",
+	DataFeedKeyRequired:        "Client data feed key required",
+	AuthenticationRequired:     "Authentication of the client is required",
+	CertificateFailed:          "Client Certificate failed authentication",
+	TokenFailed:                "Client Token failed authentication",
+	TokenOrCertificateFailed:   "Client Token or Certificate failed authentication",
+	DataFeedKeyFailed:          "Data feed key failed authentication",
+	DataFeedKeyExpired:         "Data feed key has expired",
+	CertificateIdentityFailed:  "Client Certificate DN failed authentication",
+}
+
+// Codes lists the authentication status codes.
+func Codes() []int {
+	out := make([]int, 0, len(codeText))
+	for c := firstCode; c <= lastCode; c++ {
+		if _, ok := codeText[c]; ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// CodeText is the short text of an authentication status code.
+func CodeText(code int) string {
+	if t, ok := codeText[code]; ok {
+		return t
+	}
+	return codeTextUnknownAuthentication
+}
+
+// Failure is an authentication that failed. Detail tells the sender what to
+// fix without revealing anything about other keys, owners or identities.
+type Failure struct {
+	Code   int
+	Detail string
+	Err    error // internal cause, logged but never sent
+}
+
+func (f *Failure) Error() string {
+	s := CodeText(f.Code)
+	if f.Detail != "" {
+		s += " - " + f.Detail
+	}
+	if f.Err != nil {
+		s += ": " + f.Err.Error()
+	}
+	return s
+}
+
+func (f *Failure) Unwrap() error { return f.Err }
+
+// Failf makes a Failure.
+func Failf(code int, format string, a ...any) *Failure {
+	return &Failure{Code: code, Detail: fmt.Sprintf(format, a...)}
+}
+
+// Chain tries the enabled authenticators in Order.
+type Chain struct {
+	required bool
+	enabled  []Type // in Order
+	auths    map[Type]Authenticator
+}
+
+// NewChain builds a chain. Every enabled type must have an authenticator.
+func NewChain(required bool, enabled []Type, auths map[Type]Authenticator) (*Chain, error) {
+	c := &Chain{required: required, auths: auths}
+	for _, t := range Order {
+		if !slices.Contains(enabled, t) {
+			continue
+		}
+		if auths[t] == nil {
+			return nil, fmt.Errorf("authentication type %s is enabled but not configured", t)
+		}
+		c.enabled = append(c.enabled, t)
+	}
+	if required && len(c.enabled) == 0 {
+		return nil, fmt.Errorf("authentication is required but no authentication type is enabled")
+	}
+	return c, nil
+}
+
+// Required reports whether senders must authenticate.
+func (c *Chain) Required() bool { return c.required }
+
+// Authenticate returns the post's identity, or a *Failure.
+func (c *Chain) Authenticate(ctx context.Context, r *Request) (*Identity, error) {
+	for _, t := range c.enabled {
+		id, err := c.auths[t].Authenticate(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		if id != nil {
+			id.Type = t
+			return id, nil
+		}
+	}
+	if !c.required {
+		return &Identity{SubjectID: Unauthenticated, DisplayName: Unauthenticated}, nil
+	}
+	return nil, c.missing()
+}
+
+// missing is the failure for a post that presented no usable credential:
+// the code names what the configuration accepts, as the reference does.
+func (c *Chain) missing() *Failure {
+	has := func(ts ...Type) bool {
+		if len(c.enabled) != len(ts) {
+			return false
+		}
+		for _, t := range ts {
+			if !slices.Contains(c.enabled, t) {
+				return false
+			}
+		}
+		return true
+	}
+	switch {
+	case has(DataFeedKey):
+		return Failf(DataFeedKeyRequired, "send a data feed key in the Authorization header")
+	case has(Token):
+		return Failf(TokenRequired, "send a token in the Authorization header")
+	case has(Certificate), has(CertificateIdentity):
+		return Failf(CertificateRequired, "connect with a client certificate")
+	case has(Token, Certificate):
+		return Failf(TokenOrCertificateRequired, "send a token in the Authorization header or connect with a client certificate")
+	}
+	names := make([]string, len(c.enabled))
+	for i, t := range c.enabled {
+		names[i] = t.DisplayName()
+	}
+	return Failf(AuthenticationRequired, "You must use one of the following authentication mechanisms [%s]", strings.Join(names, ", "))
+}
+
+// Apply records an identity on a post's attributes: the identity's own
+// attributes override the sender's, then UploadUserId and UploadUsername.
+func Apply(attrs *attr.Map, id *Identity) {
+	if id.Attributes != nil {
+		attrs.Overlay(id.Attributes)
+	}
+	attrs.Put("UploadUserId", id.SubjectID)
+	attrs.Put("UploadUsername", id.DisplayName)
+}
