@@ -19,11 +19,11 @@ import (
 
 // Config is the whole configuration of a weir process.
 type Config struct {
-	Listen  string  `yaml:"listen"`
-	Data    string  `yaml:"data"`
-	DB      string  `yaml:"db"`
-	Node    string  `yaml:"node"`
-	Log     Log     `yaml:"log"`
+	Listen   string   `yaml:"listen"`
+	Data     string   `yaml:"data"`
+	DB       string   `yaml:"db"`
+	Node     string   `yaml:"node"`
+	Log      Log      `yaml:"log"`
 	Receive  Receive  `yaml:"receive"`
 	Store    Store    `yaml:"store"`
 	TLS      TLS      `yaml:"tls"`
