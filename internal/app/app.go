@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -179,14 +180,21 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	tlsConfig, err := serverTLS(cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
 	if a.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	if tlsConfig != nil {
+		a.ln = tls.NewListener(a.ln, tlsConfig)
 	}
 	if !cfg.Receive.AuthenticationRequired {
 		log.Warn("senders are not authenticated: anyone who can reach the datafeed can post data " +
 			"(receive.authenticationRequired is false; sender authentication arrives in a later version)")
 	}
-	log.Info("weir started", "listen", a.ln.Addr().String(), "data", cfg.Data, "db", a.repo.Engine(), "node", node)
+	log.Info("weir started", "listen", a.ln.Addr().String(), "tls", tlsConfig != nil, "data", cfg.Data, "db", a.repo.Engine(), "node", node)
 	ok = true
 	return a, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
@@ -129,5 +130,22 @@ func TestAuthorizationHeader(t *testing.T) {
 		if got := r.Authorization(); got != want {
 			t.Errorf("%q -> %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestCheckSecretFile(t *testing.T) {
+	p := t.TempDir() + "/key.pem"
+	if err := os.WriteFile(p, []byte("secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := CheckSecretFile(p)
+	if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "chmod o-rwx") {
+		t.Fatalf("world-readable accepted: %v", err)
+	}
+	if err := os.Chmod(p, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckSecretFile(p); err != nil {
+		t.Fatal(err)
 	}
 }

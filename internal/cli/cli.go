@@ -170,6 +170,12 @@ func admin(args []string, stdout, stderr io.Writer) error {
 		return usagef("admin needs a subject and an action, e.g. `weir admin feed list`")
 	}
 	subject, action := args[0], args[1]
+	switch subject {
+	case "datafeed-key":
+		return adminDataFeedKey(action, args[2:], stdout, stderr)
+	case "api-key", "user", "group":
+		return adminAccess(subject, action, args[2:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("admin "+subject+" "+action, flag.ContinueOnError)
 	var c common
 	c.register(fs, false)
