@@ -219,6 +219,9 @@ type StreamFilter struct {
 	ReceiptID string // matches the receipt_id column exactly
 	AfterID   int64  // keyset pagination: id > AfterID
 	Limit     int    // 0 -> no limit
+	// FeedIn narrows to these feeds (the ones a caller may see). nil: no
+	// narrowing; an empty non-nil slice matches nothing.
+	FeedIn []string
 }
 
 // ListStreams returns the streams matching f, ordered by id ascending. To
@@ -243,6 +246,18 @@ func (r *Repo) ListStreams(ctx context.Context, f StreamFilter) ([]Stream, error
 	}
 	if f.AfterID != 0 {
 		add("id > ?", f.AfterID)
+	}
+	if f.FeedIn != nil {
+		if len(f.FeedIn) == 0 {
+			where = append(where, "1 = 0")
+		} else {
+			marks := make([]string, len(f.FeedIn))
+			for i, name := range f.FeedIn {
+				args = append(args, name)
+				marks[i] = "$" + strconv.Itoa(len(args))
+			}
+			where = append(where, "feed IN ("+strings.Join(marks, ", ")+")")
+		}
 	}
 	q := `SELECT ` + streamColumns + ` FROM streams`
 	if len(where) > 0 {
@@ -318,4 +333,39 @@ func attrsJSON(m *attr.Map) (string, error) {
 		return "", fmt.Errorf("encode attributes: %w", err)
 	}
 	return string(b), nil
+}
+
+// SetStreamStatus changes a complete stream's status between UNLOCKED and
+// DELETED (a logical delete, or a restore). LOCKED streams belong to their
+// writer and cannot be changed; setting the current status is an error.
+func (r *Repo) SetStreamStatus(ctx context.Context, id int64, status Status) error {
+	if status != Unlocked && status != Deleted {
+		return fmt.Errorf("set stream %d status: %s is not UNLOCKED or DELETED", id, status)
+	}
+	from := Unlocked
+	if status == Unlocked {
+		from = Deleted
+	}
+	err := r.withTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE streams SET status = $1, status_ms = $2 WHERE id = $3 AND status = $4`,
+			string(status), nowMs(), id, string(from))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			return err
+		}
+		var cur string
+		if err := tx.QueryRowContext(ctx, `SELECT status FROM streams WHERE id = $1`, id).Scan(&cur); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return ErrNotFound
+			}
+			return err
+		}
+		return fmt.Errorf("stream is %s, not %s", cur, from)
+	})
+	if err != nil {
+		return fmt.Errorf("set stream %d status to %s: %w", id, status, err)
+	}
+	return nil
 }
