@@ -22,6 +22,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/weirhq/weir/internal/access"
+	"github.com/weirhq/weir/internal/api"
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/receipt"
@@ -40,6 +42,7 @@ type App struct {
 	store    *store.Store
 	srv      *http.Server
 	ln       net.Listener
+	sec      *security
 	registry *prometheus.Registry
 	stopping atomic.Bool
 }
@@ -156,6 +159,12 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		return nil, err
 	}
 	a.repo, a.codec, a.store = st.Repo, st.Codec, st.Store
+	if a.sec, err = newSecurity(ctx, cfg, a.repo, log); err != nil {
+		return nil, err
+	}
+	if err := a.sec.bootstrap(ctx, cfg.Data, log); err != nil {
+		return nil, err
+	}
 	ids, err := receipt.NewGenerator('S', node, nil)
 	if err != nil {
 		return nil, err
@@ -166,10 +175,17 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	}
 	h := receive.New(receive.Options{
 		Config: cfg.Receive, Feeds: a.repo, Store: a.store, IDs: ids, Host: host, TempDir: tmp,
+		Auth: a.sec.chain, CertAttributes: a.sec.certs.Attributes,
 		Log: log.With("log", "receive"), Metrics: receive.NewMetrics(a.registry),
 	})
 	mux := http.NewServeMux()
 	h.Register(mux)
+	var tokens api.Tokens
+	if cfg.Security.OIDC.Issuer != "" {
+		tokens = a.sec.tokens
+	}
+	api.Register(mux, api.Deps{Repo: a.repo, Store: a.store, Access: a.sec.access, Tokens: tokens,
+		FeedNames: cfg.FeedNameRegexp(), Log: log.With("log", "api"), Version: Version()})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", a.ready)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry}))
@@ -192,7 +208,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	}
 	if !cfg.Receive.AuthenticationRequired {
 		log.Warn("senders are not authenticated: anyone who can reach the datafeed can post data " +
-			"(receive.authenticationRequired is false; sender authentication arrives in a later version)")
+			"(receive.authenticationRequired is false)")
 	}
 	log.Info("weir started", "listen", a.ln.Addr().String(), "tls", tlsConfig != nil, "data", cfg.Data, "db", a.repo.Engine(), "node", node)
 	ok = true
@@ -223,6 +239,9 @@ func (a *App) Repo() *meta.Repo { return a.repo }
 
 // Store is the stream store.
 func (a *App) Store() *store.Store { return a.store }
+
+// Access is the users, permissions and API keys service.
+func (a *App) Access() *access.Service { return a.sec.access }
 
 // Registry is the metrics registry (for tests).
 func (a *App) Registry() *prometheus.Registry { return a.registry }
@@ -287,6 +306,10 @@ func (a *App) Shutdown(grace time.Duration) error {
 }
 
 func (a *App) closeStorage() {
+	if a.sec != nil {
+		a.sec.close()
+		a.sec = nil
+	}
 	(&Open{Repo: a.repo, Codec: a.codec, Store: a.store}).Close()
 	a.repo, a.codec, a.store = nil, nil, nil
 	if a.lock != nil {

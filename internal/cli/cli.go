@@ -36,6 +36,19 @@ Usage:
   weir admin feed list [--json]
   weir admin stream list [--feed NAME] [--status STATUS] [--json]
   weir admin stream cat ID [--part N] [--child Context|"Meta Data"]
+  weir admin datafeed-key create --account ID [--expires DURATION] [--attr K=V ...]
+  weir admin datafeed-key list [--account ID] [--json]
+  weir admin datafeed-key revoke ID
+  weir admin api-key create --user NAME [--name N] [--comments C] [--expires DURATION]
+  weir admin api-key list [--user NAME] [--json]
+  weir admin api-key disable|enable|delete ID
+  weir admin user create NAME [--display-name D] [--group]
+  weir admin user list [--json]
+  weir admin user show NAME
+  weir admin user disable|enable NAME
+  weir admin user grant|revoke NAME PERMISSION
+  weir admin user feed NAME FEED USE|VIEW|EDIT|DELETE|OWNER|NONE
+  weir admin group add|remove GROUP MEMBER
 
 Every command takes --config, --data and --db; flags override the config file.
 `

@@ -131,6 +131,7 @@ func Default() Config {
 		Data:   "./weir-data",
 		Log:    Log{Level: "info", Format: "json"},
 		Receive: Receive{
+			AuthenticationRequired:             true,
 			ReceiptCheckMode:                   FeedStatus,
 			MaxRequestSize:                     10 << 30,
 			MetaTypes:                          append([]string(nil), defaultMetaTypes...),

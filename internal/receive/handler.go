@@ -35,16 +35,19 @@ type Feeds interface {
 
 // Options wires a Handler.
 type Options struct {
-	Config  config.Receive
-	Feeds   Feeds
-	Auth    *auth.Chain // who may send; nil: nobody is authenticated
-	Store   *store.Store
-	IDs     *receipt.Generator
-	Host    string // this host's name, appended to ReceivedPath
-	TempDir string // where zip bodies are staged; on the same disk as the store
-	Log     *slog.Logger
-	Metrics *Metrics // may be nil
-	Now     func() time.Time
+	Config config.Receive
+	Feeds  Feeds
+	Auth   *auth.Chain // who may send; nil: nobody is authenticated
+	// CertAttributes records the client certificate's RemoteDN and
+	// RemoteCertExpiry (and removes forged ones); may be nil.
+	CertAttributes func(*http.Request, *attr.Map)
+	Store          *store.Store
+	IDs            *receipt.Generator
+	Host           string // this host's name, appended to ReceivedPath
+	TempDir        string // where zip bodies are staged; on the same disk as the store
+	Log            *slog.Logger
+	Metrics        *Metrics // may be nil
+	Now            func() time.Time
 }
 
 // Handler serves the datafeed paths.
@@ -207,6 +210,9 @@ func (p *post) run() (outcome, error) {
 // authenticate identifies the sender (before any check, as in the
 // reference) and records the identity on the post's attributes.
 func (p *post) authenticate() error {
+	if f := p.h.opt.CertAttributes; f != nil {
+		f(p.r, p.attrs)
+	}
 	id := &auth.Identity{SubjectID: auth.Unauthenticated, DisplayName: auth.Unauthenticated}
 	if a := p.h.opt.Auth; a != nil {
 		var err error

@@ -52,13 +52,17 @@ func (l *Logs) String() string {
 }
 
 // Config returns a test configuration: a fresh data directory, port 0, a
-// fixed node name, and the database chosen by WEIR_TEST_DB.
+// fixed node name, senders not authenticated, and the database chosen by
+// WEIR_TEST_DB.
 func Config(t testing.TB) config.Config {
 	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Data = t.TempDir()
 	cfg.Node = "test-node"
 	cfg.Log.Level = "debug"
+	// Most suites test receipt, not authentication: they post without
+	// credentials. Authentication tests turn it back on.
+	cfg.Receive.AuthenticationRequired = false
 	if os.Getenv("WEIR_TEST_DB") == "postgres" {
 		cfg.DB = metatest.PostgresDSN(t)
 	}

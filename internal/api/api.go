@@ -1,0 +1,160 @@
+// Package api is weir's REST API under /api. Every operation is registered
+// with huma, which builds the OpenAPI document from the running code.
+// Callers authenticate with a bearer API key (or an OIDC token of a known
+// user); each operation checks the caller's permissions, and queries are
+// narrowed to the feeds the caller may see rather than refused.
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+
+	"github.com/weirhq/weir/internal/access"
+	"github.com/weirhq/weir/internal/auth"
+	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/store"
+)
+
+// Tokens verifies bearer credentials that are not weir API keys (OIDC tokens).
+type Tokens interface {
+	Verify(ctx context.Context, raw string) (*auth.Identity, error)
+}
+
+// Deps are what the API works on.
+type Deps struct {
+	Repo   *meta.Repo
+	Store  *store.Store
+	Access *access.Service
+	Tokens Tokens // nil: only API keys are accepted
+	// FeedNames is the feed name pattern new feeds must match.
+	FeedNames *regexp.Regexp
+	Log       *slog.Logger
+	Version   string
+}
+
+type server struct {
+	Deps
+	api huma.API
+}
+
+type principalKey struct{}
+
+const securityScheme = "bearer"
+
+// Register adds the API's routes to mux under /api.
+func Register(mux *http.ServeMux, d Deps) huma.API {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	cfg := huma.DefaultConfig("weir", d.Version)
+	cfg.Info.Description = "The weir REST API. Authenticate with `Authorization: Bearer <API key>`. " +
+		"Results are narrowed to what the caller may see: an empty answer does not prove that nothing matched."
+	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		securityScheme: {Type: "http", Scheme: "bearer", Description: "A weir API key (sak_...) or an OIDC access token of a weir user."},
+	}
+	cfg.DocsPath = "" // no docs page: it would load scripts from the internet
+	s := &server{Deps: d}
+	s.api = humago.NewWithPrefix(mux, "/api", cfg)
+	s.api.UseMiddleware(s.authenticate)
+	s.registerAccount()
+	s.registerFeeds()
+	s.registerStreams()
+	return s.api
+}
+
+// secured marks an operation as needing a caller.
+func secured(op huma.Operation) huma.Operation {
+	op.Security = []map[string][]string{{securityScheme: {}}}
+	op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden)
+	return op
+}
+
+// authenticate resolves the caller of every secured operation: 401 when the
+// credential is missing or bad (saying which, never more), else the
+// caller's principal goes into the context.
+func (s *server) authenticate(ctx huma.Context, next func(huma.Context)) {
+	if len(ctx.Operation().Security) == 0 {
+		next(ctx)
+		return
+	}
+	p, err := s.principal(ctx.Context(), ctx.Header("Authorization"))
+	if err != nil {
+		ctx.SetHeader("WWW-Authenticate", `Bearer realm="weir"`)
+		msg := "authentication failed"
+		var ae *access.AuthError
+		var f *auth.Failure
+		switch {
+		case errors.As(err, &ae):
+			msg = ae.Error()
+		case errors.As(err, &f):
+			msg = f.Detail
+		default:
+			s.Log.Error("api authentication", "err", err)
+		}
+		_ = huma.WriteErr(s.api, ctx, http.StatusUnauthorized, msg)
+		return
+	}
+	next(huma.WithValue(ctx, principalKey{}, p))
+}
+
+func (s *server) principal(ctx context.Context, header string) (*access.Principal, error) {
+	raw := strings.TrimSpace(header)
+	if len(raw) > 7 && strings.EqualFold(raw[:7], "bearer ") {
+		raw = strings.TrimSpace(raw[7:])
+	}
+	if raw == "" || strings.HasPrefix(raw, "sak_") || s.Tokens == nil {
+		return s.Access.Authenticate(ctx, raw)
+	}
+	id, err := s.Tokens.Verify(ctx, raw)
+	if err != nil {
+		return nil, err
+	}
+	return s.Access.PrincipalFor(ctx, id.SubjectID)
+}
+
+// caller is the authenticated principal of a secured operation.
+func caller(ctx context.Context) *access.Principal {
+	p, _ := ctx.Value(principalKey{}).(*access.Principal)
+	return p
+}
+
+// require fails with 403 unless the caller holds an application permission.
+func require(ctx context.Context, permission string) error {
+	if p := caller(ctx); p == nil || !p.Has(permission) {
+		return huma.Error403Forbidden("this needs the application permission " + permission)
+	}
+	return nil
+}
+
+// requireFeed fails with 403 unless the caller holds level on feed.
+func requireFeed(ctx context.Context, feed string, level access.Level) error {
+	if p := caller(ctx); p == nil || p.FeedLevel(feed) < level {
+		return huma.Error403Forbidden("this needs " + level.String() + " permission on feed " + feed)
+	}
+	return nil
+}
+
+// visibleFeeds narrows a query: nil for callers who see every feed.
+func visibleFeeds(ctx context.Context) []string {
+	all, feeds := caller(ctx).Feeds(access.View)
+	if all {
+		return nil
+	}
+	if feeds == nil {
+		feeds = []string{}
+	}
+	return feeds
+}
+
+// internal logs an unexpected error and hides its details from the caller.
+func (s *server) internal(op string, err error) error {
+	s.Log.Error("api", "op", op, "err", err)
+	return huma.Error500InternalServerError("internal error; the server log has the details")
+}
