@@ -106,7 +106,7 @@ const (
 	outcomeReceived outcome = "received"
 	outcomeEmpty    outcome = "empty" // nothing to store: empty body or a zip without entries
 	outcomeDropped  outcome = "dropped"
-	outcomeRejected outcome = "rejected" // the sender must change something (4xx-type codes)
+	outcomeRejected outcome = "rejected" // the sender must change something (4xx statuses)
 	outcomeError    outcome = "error"    // failed here; the sender may retry
 )
 
@@ -137,9 +137,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var e *Error
 	if err != nil {
 		e = asError(err)
-		out = outcomeError
-		if e.Code.HTTPStatus() == http.StatusNotAcceptable {
-			out = outcomeRejected
+		// A 4xx is the sender's to fix (bad headers, credentials, size);
+		// a 5xx may succeed on retry.
+		out = outcomeRejected
+		if e.Code.HTTPStatus() >= 500 {
+			out = outcomeError
 		}
 		msg := message(e, p.feed, p.compression, p.typ)
 		writeError(w, e, msg, int(h.cfg.RetryAfter.D().Seconds()))
