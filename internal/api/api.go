@@ -66,6 +66,7 @@ func Register(mux *http.ServeMux, d Deps) huma.API {
 	s.registerAccount()
 	s.registerFeeds()
 	s.registerStreams()
+	s.registerAPIKeys()
 	return s.api
 }
 

@@ -247,7 +247,14 @@ func TestAPIPermissions(t *testing.T) {
 	if err := s.App.Access().SetAPIKeyEnabled(context.Background(), keys[0].ID, false); err != nil {
 		t.Fatal(err)
 	}
-	unknown := "sak_" + alice.key[4:len(alice.key)-1] + "x"
+	// A well-formed key that no longer exists.
+	unknown, gone, err := s.App.Access().CreateAPIKey(context.Background(), access.NewKey{Owner: "alice", Name: "gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.App.Access().DeleteAPIKey(context.Background(), gone.ID); err != nil {
+		t.Fatal(err)
+	}
 	for what, key := range map[string]string{
 		"missing": "", "malformed": "sak_not_a_key", "unknown": unknown, "disabled": carol.key, "garbage": "Basic abc",
 	} {
