@@ -37,6 +37,7 @@ type Deps struct {
 	FeedNames *regexp.Regexp
 	Log       *slog.Logger
 	Version   string
+	BasePath  string // deployment base path, for the server URL in the OpenAPI document
 }
 
 type server struct {
@@ -60,6 +61,7 @@ func Register(mux *http.ServeMux, d Deps) huma.API {
 		securityScheme: {Type: "http", Scheme: "bearer", Description: "A weir API key (sak_...) or an OIDC access token of a weir user."},
 	}
 	cfg.DocsPath = "" // no docs page: it would load scripts from the internet
+	cfg.Servers = []*huma.Server{{URL: d.BasePath + "/api"}}
 	s := &server{Deps: d}
 	s.api = humago.NewWithPrefix(mux, "/api", cfg)
 	s.api.UseMiddleware(s.authenticate)

@@ -185,12 +185,12 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		tokens = a.sec.tokens
 	}
 	api.Register(mux, api.Deps{Repo: a.repo, Store: a.store, Access: a.sec.access, Tokens: tokens,
-		FeedNames: cfg.FeedNameRegexp(), Log: log.With("log", "api"), Version: Version()})
+		FeedNames: cfg.FeedNameRegexp(), Log: log.With("log", "api"), Version: Version(), BasePath: cfg.BasePath})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", a.ready)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry}))
 	a.srv = &http.Server{
-		Handler:           mux,
+		Handler:           withVersion(Version(), underBasePath(cfg.BasePath, mux)),
 		ReadHeaderTimeout: cfg.Receive.ReadHeaderTimeout.D(),
 		MaxHeaderBytes:    int(cfg.Receive.MaxHeaderBytes),
 		IdleTimeout:       2 * time.Minute,
@@ -316,4 +316,26 @@ func (a *App) closeStorage() {
 		_ = a.lock.Close()
 		a.lock = nil
 	}
+}
+
+// VersionHeader carries the build version on every response, so a client
+// can tell which version of the API answered it.
+const VersionHeader = "Weir-Version"
+
+func withVersion(version string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(VersionHeader, version)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// underBasePath serves h below a deployment base path (e.g. /weir, so that
+// /weir/datafeed and /weir/api/... work); nothing is served outside it.
+func underBasePath(base string, h http.Handler) http.Handler {
+	if base == "" {
+		return h
+	}
+	outer := http.NewServeMux()
+	outer.Handle(base+"/", http.StripPrefix(base, h))
+	return outer
 }

@@ -20,6 +20,7 @@ import (
 // Config is the whole configuration of a weir process.
 type Config struct {
 	Listen   string   `yaml:"listen"`
+	BasePath string   `yaml:"basePath"` // deployment base path before /datafeed, /api and the health endpoints
 	Data     string   `yaml:"data"`
 	DB       string   `yaml:"db"`
 	Node     string   `yaml:"node"`
@@ -194,6 +195,9 @@ func (c *Config) Validate() error {
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	if c.Listen == "" {
 		add("listen: must be set (host:port)")
+	}
+	if c.BasePath != "" && (!strings.HasPrefix(c.BasePath, "/") || strings.HasSuffix(c.BasePath, "/") || strings.ContainsAny(c.BasePath, "?#{} ")) {
+		add("basePath: %q must start with '/', not end with '/', and be a plain path (e.g. /weir)", c.BasePath)
 	}
 	if c.Data == "" {
 		add("data: must be set (a directory)")
