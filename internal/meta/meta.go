@@ -21,7 +21,8 @@ import (
 
 	// Drivers register themselves with database/sql under "pgx" and "sqlite".
 	_ "github.com/jackc/pgx/v5/stdlib"
-	_ "modernc.org/sqlite"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // ErrNotFound is wrapped by errors for a feed or stream that does not exist.
@@ -105,7 +106,24 @@ func openSQLite(ctx context.Context, dataDir string, logger *slog.Logger) (*Repo
 	db.SetConnMaxIdleTime(5 * time.Minute)
 
 	r := &Repo{db: db, engine: engineSQLite, logger: logger, writeGate: make(chan struct{}, 1)}
-	if err := r.checkSQLiteDurability(ctx); err != nil {
+	// Switching a new database to WAL needs an exclusive lock and fails with
+	// SQLITE_BUSY at once, without the busy handler, when another process
+	// (a server and an admin command starting together) does the same:
+	// retry for as long as busy_timeout would have waited.
+	for start, wait := time.Now(), 10*time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		err = r.checkSQLiteDurability(ctx)
+		if err == nil || !isBusy(err) || time.Since(start) > 10*time.Second {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-time.After(wait):
+			continue
+		}
+		break
+	}
+	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open sqlite metadata database %s: %w", path, err)
 	}
@@ -242,3 +260,10 @@ func (r *Repo) withTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error
 // nowMs is the current time in epoch milliseconds, the unit of every time
 // column.
 func nowMs() int64 { return time.Now().UnixMilli() }
+
+// isBusy reports whether err is SQLite's "database is locked" (SQLITE_BUSY,
+// including its extended codes).
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
+}
