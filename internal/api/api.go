@@ -18,6 +18,7 @@ import (
 
 	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/auth"
+	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/store"
 )
@@ -38,19 +39,37 @@ type Deps struct {
 	Log       *slog.Logger
 	Version   string
 	BasePath  string // deployment base path, for the server URL in the OpenAPI document
+	Node      string // this node's name
+	DataDir   string // where operations keep their files (exports, imports)
+	Config    config.Config
 }
 
 type server struct {
 	Deps
-	api huma.API
+	api     huma.API
+	closers []func() // background work started by the API, stopped by Close
 }
+
+// Server is the registered API.
+type Server struct{ s *server }
+
+// Close stops the API's background work (running operations pause and
+// resume on the next start).
+func (srv *Server) Close() {
+	for i := len(srv.s.closers) - 1; i >= 0; i-- {
+		srv.s.closers[i]()
+	}
+}
+
+// OpenAPI is the API's OpenAPI document, built from the registered operations.
+func (srv *Server) OpenAPI() *huma.OpenAPI { return srv.s.api.OpenAPI() }
 
 type principalKey struct{}
 
 const securityScheme = "bearer"
 
 // Register adds the API's routes to mux under /api.
-func Register(mux *http.ServeMux, d Deps) huma.API {
+func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
@@ -69,7 +88,13 @@ func Register(mux *http.ServeMux, d Deps) huma.API {
 	s.registerFeeds()
 	s.registerStreams()
 	s.registerAPIKeys()
-	return s.api
+	s.registerAdmin()
+	s.registerService()
+	if err := s.registerOperations(); err != nil {
+		(&Server{s}).Close()
+		return nil, err
+	}
+	return &Server{s}, nil
 }
 
 // secured marks an operation as needing a caller.

@@ -43,6 +43,7 @@ type App struct {
 	srv      *http.Server
 	ln       net.Listener
 	sec      *security
+	api      *api.Server
 	registry *prometheus.Registry
 	stopping atomic.Bool
 }
@@ -184,8 +185,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	if cfg.Security.OIDC.Issuer != "" {
 		tokens = a.sec.tokens
 	}
-	api.Register(mux, api.Deps{Repo: a.repo, Store: a.store, Access: a.sec.access, Tokens: tokens,
-		FeedNames: cfg.FeedNameRegexp(), Log: log.With("log", "api"), Version: Version(), BasePath: cfg.BasePath})
+	if a.api, err = api.Register(mux, api.Deps{Repo: a.repo, Store: a.store, Access: a.sec.access, Tokens: tokens,
+		FeedNames: cfg.FeedNameRegexp(), Log: log.With("log", "api"), Version: Version(), BasePath: cfg.BasePath,
+		Node: node, DataDir: cfg.Data, Config: cfg}); err != nil {
+		return nil, err
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", a.ready)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry}))
@@ -242,6 +246,9 @@ func (a *App) Store() *store.Store { return a.store }
 
 // Access is the users, permissions and API keys service.
 func (a *App) Access() *access.Service { return a.sec.access }
+
+// API is the registered REST API (for its OpenAPI document).
+func (a *App) API() *api.Server { return a.api }
 
 // Registry is the metrics registry (for tests).
 func (a *App) Registry() *prometheus.Registry { return a.registry }
@@ -306,6 +313,10 @@ func (a *App) Shutdown(grace time.Duration) error {
 }
 
 func (a *App) closeStorage() {
+	if a.api != nil {
+		a.api.Close()
+		a.api = nil
+	}
 	if a.sec != nil {
 		a.sec.close()
 		a.sec = nil

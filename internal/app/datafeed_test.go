@@ -232,7 +232,9 @@ func TestDatafeedAttributes(t *testing.T) {
 // or as query parameters.
 func TestDatafeedExcludedHeaders(t *testing.T) {
 	t.Parallel()
-	s := start(t, nil)
+	// No authenticator at all, so that the credential headers below are only
+	// data to leave out (authentication is tested in security_test.go).
+	s := start(t, func(c *config.Config) { c.Receive.EnabledAuthenticationTypes = nil })
 	excluded := []string{
 		"Authorization: Bearer sdk_secret",
 		"Proxy-Authorization: Basic c2VjcmV0",

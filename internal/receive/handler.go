@@ -125,8 +125,8 @@ type post struct {
 	rawBytes    int64
 	storedBytes int64
 	streams     []int64
-	flagged     string // undeclared compression detected: "gzip" or "zip"
-	user        string // the authenticated sender (UploadUserId)
+	flagged     string         // undeclared compression detected: "gzip" or "zip"
+	identity    *auth.Identity // the authenticated sender
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -223,8 +223,26 @@ func (p *post) authenticate() error {
 		}
 	}
 	auth.Apply(p.attrs, id)
-	p.user = id.SubjectID
+	p.identity = id
 	return nil
+}
+
+// certKeys are attributes only this hop's verified certificate (or trusted
+// load balancer) may set.
+var certKeys = []string{"RemoteDN", "RemoteCertExpiry"}
+
+// protect re-applies what this hop established about the sender to the
+// attributes of one zip part, so that a meta entry in the body cannot claim
+// another identity or certificate than the one that authenticated.
+func (p *post) protect(a *attr.Map) {
+	for _, k := range certKeys {
+		if v, ok := p.attrs.Get(k); ok {
+			a.Put(k, v)
+		} else {
+			a.Delete(k)
+		}
+	}
+	auth.Apply(a, p.identity)
 }
 
 // decision is the result of the receipt checks for one feed and type.
@@ -369,8 +387,8 @@ func (p *post) log(out outcome, e *Error, msg string, start time.Time) {
 	if p.attrs != nil {
 		args = append(args, "guid", p.attrs.Value("GUID"))
 	}
-	if p.user != "" {
-		args = append(args, "user", p.user)
+	if p.identity != nil {
+		args = append(args, "user", p.identity.SubjectID)
 	}
 	if e != nil && e.Internal != nil {
 		args = append(args, "cause", e.Internal.Error())

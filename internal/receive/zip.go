@@ -103,6 +103,7 @@ func (p *post) storeZip(raw *bodyReader, body io.Reader, deferFeedCheck bool) (o
 			}
 		}
 		merged := attr.MergeEntry(p.attrs, entry, hop)
+		p.protect(merged)
 		d, err := p.checkPart(ctx, merged, decisions, g.Base, deferFeedCheck)
 		if err != nil {
 			return "", err

@@ -383,6 +383,13 @@ func (a keyAuthenticator) Authenticate(ctx context.Context, r *auth.Request) (*a
 	}
 	key := r.Authorization()
 	if !Valid(key) {
+		if strings.HasPrefix(key, Prefix) {
+			// Meant as a data feed key but not one: say so, rather than
+			// "no credential" (the reference passes it on to the token
+			// authenticator, which can only fail it less clearly).
+			return nil, auth.Failf(auth.DataFeedKeyFailed,
+				"the data feed key is malformed: a key is %s followed by 128 Base58 characters", Prefix)
+		}
 		return nil, nil // not a data feed key: the next authenticator's
 	}
 	s := a.s

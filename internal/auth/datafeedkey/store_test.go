@@ -226,13 +226,21 @@ func wantFailure(t *testing.T, id *auth.Identity, err error, code int) *auth.Fai
 	return f
 }
 
-// Case 39: what is not a data feed key is not this authenticator's.
+// Case 39: what is not a data feed key is not this authenticator's. weir
+// differs for values that start with sdk_ but are not keys: they were meant
+// as data feed keys, so they fail with 313 instead of passing on.
 func TestNotADataFeedKey(t *testing.T) {
 	h := newHarness(t, nil)
 	k := h.newKey()
 	h.write("a.json", keyIdent(t, k, Argon2, h.clock.in(time.Hour), metaOf("1234")))
-	for _, authz := range []string{"", "foo", "Bearer foo", "Bearer ", "sdk_", "sdk_abc",
-		"sdk_000_" + k[len(Prefix):], k + "x", "Basic " + k, strings.ToUpper(k)} {
+	for _, authz := range []string{"sdk_", "sdk_abc", "sdk_000_" + k[len(Prefix):], k + "x"} {
+		id, err := h.auth(authz, "AccountId", "1234")
+		var f *auth.Failure
+		if id != nil || !errors.As(err, &f) || f.Code != auth.DataFeedKeyFailed || !strings.Contains(f.Detail, "malformed") {
+			t.Errorf("Authorization %q: %v, %v; want 313 malformed", authz, id, err)
+		}
+	}
+	for _, authz := range []string{"", "foo", "Bearer foo", "Bearer ", "Basic " + k, strings.ToUpper(k)} {
 		id, err := h.auth(authz, "AccountId", "1234")
 		if id != nil || err != nil {
 			t.Errorf("Authorization %q: %v, %v; want nothing", authz, id, err)
