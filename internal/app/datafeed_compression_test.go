@@ -242,7 +242,7 @@ func TestDatafeedUndeclaredCompression(t *testing.T) {
 			wantAttrs(t, tc.format, st.Attributes, want)
 			wantParts(t, s, st, part{data: string(tc.body), meta: want}) // exactly as sent
 			l := receiveLog(t, s, "receiptId", id)
-			if l.str("undeclaredCompression") != tc.format || l.str("outcome") != "received" {
+			if l.str("undeclaredCompression") != tc.format || l.str("outcome") != "received" || l.str("level") != "WARN" {
 				t.Errorf("log %v", l)
 			}
 		}

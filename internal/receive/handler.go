@@ -373,10 +373,12 @@ func (p *post) log(out outcome, e *Error, msg string, start time.Time) {
 		code = int(e.Code)
 	}
 	level := slog.LevelInfo
-	switch out {
-	case outcomeError:
+	switch {
+	case out == outcomeError:
 		level = slog.LevelError
-	case outcomeRejected:
+	case out == outcomeRejected, p.flagged != "":
+		// A body stored as sent although it looks compressed is the spec's
+		// silent failure: warn, so that someone notices.
 		level = slog.LevelWarn
 	}
 	args := []any{
