@@ -141,6 +141,10 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 			a.closeStorage()
 		}
 	}()
+	tlsConfig, err := serverTLS(cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.Data, 0o750); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
@@ -161,9 +165,6 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	}
 	a.repo, a.codec, a.store = st.Repo, st.Codec, st.Store
 	if a.sec, err = newSecurity(ctx, cfg, a.repo, log); err != nil {
-		return nil, err
-	}
-	if err := a.sec.bootstrap(ctx, cfg.Data, log); err != nil {
 		return nil, err
 	}
 	ids, err := receipt.NewGenerator('S', node, nil)
@@ -200,15 +201,16 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	tlsConfig, err := serverTLS(cfg.TLS)
-	if err != nil {
-		return nil, err
-	}
 	if a.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	if tlsConfig != nil {
 		a.ln = tls.NewListener(a.ln, tlsConfig)
+	}
+	// Last, so that a start refused for any other reason creates nothing.
+	if err := a.sec.bootstrap(ctx, cfg.Data, log); err != nil {
+		_ = a.ln.Close()
+		return nil, err
 	}
 	if !cfg.Receive.AuthenticationRequired {
 		log.Warn("senders are not authenticated: anyone who can reach the datafeed can post data " +
