@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/internal/access"
-	"github.com/weirhq/weir/internal/app"
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
 )
@@ -86,20 +85,12 @@ func adminAccess(subject, action string, args []string, stdout, stderr io.Writer
 	if cmd == "api-key create" && f.user == "" {
 		return usagef("api-key create needs --user NAME")
 	}
-	cfg, err := c.load(fs)
-	if err != nil {
-		return err
-	}
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("invalid configuration:\n%w", err)
-	}
-	ctx := context.Background()
-	log := app.NewLogger(config.Log{Level: "warn", Format: "text"}, stderr)
-	st, err := app.OpenStorage(ctx, cfg, "admin", log, nil, true)
+	cfg, st, err := c.openStorage(fs, stderr)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	ctx := context.Background()
 	a := accessCmd{
 		svc:  access.New(st.Repo, time.Duration(cfg.Security.APIKeys.MaxExpiry), nil),
 		repo: st.Repo, out: stdout, errOut: stderr, flags: f,

@@ -132,6 +132,22 @@ func (c *common) load(fs *flag.FlagSet) (config.Config, error) {
 	return cfg, nil
 }
 
+// openStorage loads and validates the configuration the flags name and
+// opens its storage read-only (safe beside a running server). The caller
+// closes the storage.
+func (c *common) openStorage(fs *flag.FlagSet, stderr io.Writer) (config.Config, *app.Open, error) {
+	cfg, err := c.load(fs)
+	if err != nil {
+		return cfg, nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	log := app.NewLogger(config.Log{Level: "warn", Format: "text"}, stderr)
+	st, err := app.OpenStorage(context.Background(), cfg, "admin", log, nil, true)
+	return cfg, st, err
+}
+
 // parse parses flags that may come before, between or after positional
 // arguments (`feed create NAME --status DROP`) and returns the positionals.
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
@@ -213,20 +229,12 @@ func admin(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := c.load(fs)
-	if err != nil {
-		return err
-	}
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("invalid configuration:\n%w", err)
-	}
-	ctx := context.Background()
-	log := app.NewLogger(config.Log{Level: "warn", Format: "text"}, stderr)
-	st, err := app.OpenStorage(ctx, cfg, "admin", log, nil, true)
+	cfg, st, err := c.openStorage(fs, stderr)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	ctx := context.Background()
 	switch subject + " " + action {
 	case "feed create":
 		if len(pos) != 1 {

@@ -13,7 +13,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/weirhq/weir/internal/app"
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/auth/datafeedkey"
 	"github.com/weirhq/weir/internal/config"
@@ -108,26 +107,17 @@ func adminDataFeedKey(action string, args []string, stdout, stderr io.Writer) er
 			return dataFeedKeyUsagef("key id %q is not a positive number", pos[0])
 		}
 	}
-	cfg, err := c.load(fs)
+	cfg, st, err := c.openStorage(fs, stderr)
 	if err != nil {
 		return err
 	}
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("invalid configuration:\n%w", err)
-	}
+	defer st.Close()
 	if action == "create" {
 		if attrs, err = parseKeyAttrs(f.attrs, cfg.Receive.DataFeedOwnerMetaKey); err != nil {
 			return dataFeedKeyUsagef("%v", err)
 		}
 	}
-
 	ctx := context.Background()
-	log := app.NewLogger(config.Log{Level: "warn", Format: "text"}, stderr)
-	st, err := app.OpenStorage(ctx, cfg, "admin", log, nil, true)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
 	switch action {
 	case "create":
 		return createDataFeedKey(ctx, st.Repo, f.account, lifetime, attrs, cfg.Receive.DataFeedOwnerMetaKey, time.Now(), stdout, stderr)
