@@ -75,7 +75,7 @@ func (s *server) registerAPIKeys() {
 		OperationID: "list-api-keys", Method: http.MethodGet, Path: "/apikeys", Tags: []string{"API keys"},
 		Summary: "List API keys", Description: "The caller's own keys, or another user's with Manage Users.",
 	}), func(ctx context.Context, in *listKeysInput) (*listKeysOutput, error) {
-		owner, err := keyOwner(ctx, in.User, false)
+		owner, err := s.keyOwner(ctx, in.User, false)
 		if err != nil {
 			return nil, err
 		}
@@ -97,7 +97,7 @@ func (s *server) registerAPIKeys() {
 		Description:   "Needs Manage API Keys (and Manage Users for another user's key). The key is in the response, once.",
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity},
 	}), func(ctx context.Context, in *createKeyInput) (*createKeyOutput, error) {
-		owner, err := keyOwner(ctx, in.Body.User, true)
+		owner, err := s.keyOwner(ctx, in.Body.User, true)
 		if err != nil {
 			return nil, err
 		}
@@ -145,7 +145,7 @@ func (s *server) registerAPIKeys() {
 
 // keyOwner decides whose keys a call is about: the caller's own by default;
 // another user's needs Manage Users; creating needs Manage API Keys.
-func keyOwner(ctx context.Context, user string, create bool) (string, error) {
+func (s *server) keyOwner(ctx context.Context, user string, create bool) (string, error) {
 	p := caller(ctx)
 	if create {
 		if err := require(ctx, access.ManageAPIKeys); err != nil {
@@ -158,7 +158,29 @@ func keyOwner(ctx context.Context, user string, create bool) (string, error) {
 	if err := require(ctx, access.ManageUsers); err != nil {
 		return "", err
 	}
+	if err := s.guardAdministrator(ctx, user); err != nil {
+		return "", err
+	}
 	return user, nil
+}
+
+// guardAdministrator refuses to let a non-administrator act on an
+// administrator's keys: with Manage Users alone that would be a way to
+// become one.
+func (s *server) guardAdministrator(ctx context.Context, user string) error {
+	if caller(ctx).Has(access.Administrator) {
+		return nil
+	}
+	p, err := s.Access.PrincipalFor(ctx, user)
+	if err != nil {
+		// Unknown or disabled users have no key worth guarding; the
+		// operation itself reports them.
+		return nil
+	}
+	if p.Has(access.Administrator) {
+		return huma.Error403Forbidden("only an Administrator may manage an Administrator's API keys")
+	}
+	return nil
 }
 
 // ownedKey returns a key the caller may change: its own (with Manage API
@@ -173,8 +195,8 @@ func (s *server) ownedKey(ctx context.Context, id int64) (meta.APIKey, error) {
 		return k, s.internal("get api key", err)
 	}
 	p := caller(ctx)
-	if p.Has(access.ManageUsers) {
-		return k, nil
+	if k.OwnerID != p.User.ID && p.Has(access.ManageUsers) {
+		return k, s.guardAdministrator(ctx, k.Owner)
 	}
 	if k.OwnerID != p.User.ID {
 		return k, huma.Error404NotFound(fmt.Sprintf("no API key %d", id))

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -14,6 +15,7 @@ import (
 	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/streamfile"
 )
 
@@ -50,6 +52,29 @@ func toStream(s meta.Stream) Stream {
 		RawSize: s.RawSize, FileSize: s.FileSize, Attributes: a}
 }
 
+// Child stream type names, as the reference system spells them.
+const (
+	childContext = "Context"
+	childMeta    = "Meta Data"
+)
+
+// StreamPart describes one part of a stream as its file records it.
+type StreamPart struct {
+	Part        int    `json:"part" doc:"Part number, from 1"`
+	DataSize    int64  `json:"dataSize" doc:"Bytes of the part's data"`
+	ContextSize *int64 `json:"contextSize" doc:"Bytes of the part's Context child; null when it has none"`
+	MetaSize    *int64 `json:"metaSize" doc:"Bytes of the part's Meta Data child; null when it has none"`
+}
+
+// StreamDetail is a stream with what its file holds.
+type StreamDetail struct {
+	Stream
+	// Named partDetails rather than parts so that parts means the same
+	// (a count) in every stream object the API returns.
+	PartDetails []StreamPart `json:"partDetails" doc:"Each part's sizes, read from the stream file; empty when the stream is not UNLOCKED (its data cannot be read)."`
+	Children    []string     `json:"children" doc:"The child stream types any part has: Context, Meta Data."`
+}
+
 type listStreamsInput struct {
 	Feed    string `query:"feed" doc:"Only streams of this feed"`
 	Status  string `query:"status" enum:"LOCKED,UNLOCKED,DELETED" default:"UNLOCKED"`
@@ -70,16 +95,22 @@ type streamInput struct {
 
 type streamOutput struct{ Body Stream }
 
+type streamDetailOutput struct{ Body StreamDetail }
+
 type dataInput struct {
-	ID    int64  `path:"id" minimum:"1"`
-	Part  int    `query:"part" minimum:"0" doc:"Part number from 1; 0 (default) for all parts in order"`
-	Child string `query:"child" enum:"Context,Meta Data" doc:"A child stream instead of the data"`
+	ID      int64  `path:"id" minimum:"1"`
+	Part    int    `query:"part" minimum:"0" doc:"Part number from 1; 0 (default) for all parts in order"`
+	Child   string `query:"child" enum:"Context,Meta Data" doc:"A child stream instead of the data"`
+	Offset  int64  `query:"offset" minimum:"0" doc:"First byte of the selection to return (default 0)"`
+	Length  int64  `query:"length" minimum:"0" doc:"Bytes to return from offset; 0 (default): to the end"`
+	Range   string `header:"Range" doc:"One byte range within what offset and length select (bytes=a-b, bytes=a- or bytes=-n): answered 206 with Content-Range. A header with several ranges is answered with everything (200)."`
+	IfRange string `header:"If-Range" doc:"Honour Range only if this is the ETag of an earlier answer (streams never change, so it always is)"`
 }
 
 func (s *server) registerStreams() {
 	huma.Register(s.api, secured(huma.Operation{
 		OperationID: "list-streams", Method: http.MethodGet, Path: "/streams", Tags: []string{"Streams"},
-		Summary: "List streams", Description: "Streams of the feeds on which the caller holds VIEW, by id.",
+		Summary: "List streams", Description: "Streams of the feeds on which the caller holds VIEW, by id. For filters, sorting and totals use POST /streams/find.",
 	}), func(ctx context.Context, in *listStreamsInput) (*listStreamsOutput, error) {
 		f := meta.StreamFilter{Feed: in.Feed, Status: meta.Status(in.Status), AfterID: in.AfterID,
 			Limit: in.Limit + 1, FeedIn: visibleFeeds(ctx)}
@@ -99,75 +130,51 @@ func (s *server) registerStreams() {
 		return out, nil
 	})
 
+	s.registerStreamQueries()
+
 	huma.Register(s.api, secured(huma.Operation{
 		OperationID: "get-stream", Method: http.MethodGet, Path: "/streams/{id}", Tags: []string{"Streams"},
-		Summary: "Get a stream", Errors: []int{http.StatusNotFound},
-	}), func(ctx context.Context, in *streamInput) (*streamOutput, error) {
+		Summary:     "Get a stream",
+		Description: "The stream's metadata and attributes, and the sizes of its parts and children from its file. Needs VIEW on the feed.",
+		Errors:      []int{http.StatusNotFound},
+	}), func(ctx context.Context, in *streamInput) (*streamDetailOutput, error) {
 		st, err := s.visibleStream(ctx, in.ID, access.View)
 		if err != nil {
 			return nil, err
 		}
-		return &streamOutput{Body: toStream(st)}, nil
+		out := &streamDetailOutput{Body: StreamDetail{Stream: toStream(st), PartDetails: []StreamPart{}, Children: []string{}}}
+		if st.Status != meta.Unlocked {
+			return out, nil
+		}
+		r, err := s.Store.Open(ctx, st.ID)
+		if errors.Is(err, store.ErrNotReadable) {
+			return out, nil // deleted since GetStream
+		}
+		if err != nil {
+			// The metadata is still worth showing; the file's trouble is
+			// the operator's to see in the log.
+			s.Log.Error("api: open stream file", "stream", st.ID, "err", err)
+			return out, nil
+		}
+		defer r.Close()
+		out.Body.PartDetails, out.Body.Children = partInfo(r)
+		return out, nil
 	})
 
 	huma.Register(s.api, secured(huma.Operation{
 		OperationID: "get-stream-data", Method: http.MethodGet, Path: "/streams/{id}/data", Tags: []string{"Streams"},
-		Summary:     "Download stream data",
-		Description: "The stored bytes, exactly: the data of every part in order, of one part, or a child stream. Needs Data - View and VIEW on the feed.",
-		Errors:      []int{http.StatusNotFound},
-		Responses: map[string]*huma.Response{"200": {Description: "The bytes",
-			Content: map[string]*huma.MediaType{"application/octet-stream": {}}}},
-	}), func(ctx context.Context, in *dataInput) (*huma.StreamResponse, error) {
-		if err := require(ctx, access.DataView); err != nil {
-			return nil, err
-		}
-		st, err := s.visibleStream(ctx, in.ID, access.View)
-		if err != nil {
-			return nil, err
-		}
-		ch := streamfile.Data
-		switch in.Child {
-		case "Context":
-			ch = streamfile.Context
-		case "Meta Data":
-			ch = streamfile.Meta
-		}
-		r, err := s.Store.Open(ctx, st.ID)
-		if err != nil {
-			return nil, huma.Error404NotFound(fmt.Sprintf("stream %d cannot be read: %v", st.ID, err))
-		}
-		first, last := 0, r.Parts()-1
-		if in.Part > 0 {
-			if in.Part > r.Parts() {
-				r.Close()
-				return nil, huma.Error404NotFound(fmt.Sprintf("stream %d has %d part(s)", st.ID, r.Parts()))
-			}
-			first, last = in.Part-1, in.Part-1
-		}
-		var size int64
-		var sections []io.Reader
-		for p := first; p <= last; p++ {
-			if !r.Has(ch, p) {
-				continue
-			}
-			sec, err := r.Section(ch, p)
-			if err != nil {
-				r.Close()
-				return nil, s.internal("read stream", err)
-			}
-			size += sec.Size()
-			sections = append(sections, sec)
-		}
-		return &huma.StreamResponse{Body: func(hc huma.Context) {
-			defer r.Close()
-			hc.SetHeader("Content-Type", "application/octet-stream")
-			hc.SetHeader("Content-Length", strconv.FormatInt(size, 10))
-			hc.SetStatus(http.StatusOK)
-			if _, err := io.Copy(hc.BodyWriter(), io.MultiReader(sections...)); err != nil {
-				s.Log.Warn("stream download ended early", "stream", st.ID, "err", err)
-			}
-		}}, nil
-	})
+		Summary: "Download stream data",
+		Description: "The stored bytes, exactly: the data of every part in order, of one part, or a child stream; " +
+			"offset and length (and a Range header within them) select a byte range. Needs Data - View and VIEW on the feed. " +
+			"Only UNLOCKED streams can be read (409 otherwise).",
+		Errors: []int{http.StatusNotFound, http.StatusConflict, http.StatusRequestedRangeNotSatisfiable},
+		Responses: map[string]*huma.Response{
+			"200": {Description: "The bytes", Content: map[string]*huma.MediaType{"application/octet-stream": {}}},
+			"206": {Description: "The byte range the Range header asked for", Content: map[string]*huma.MediaType{"application/octet-stream": {}}},
+		},
+	}), s.streamData)
+
+	s.registerStreamText()
 
 	huma.Register(s.api, secured(huma.Operation{
 		OperationID: "delete-stream", Method: http.MethodDelete, Path: "/streams/{id}", Tags: []string{"Streams"},
@@ -194,6 +201,249 @@ func (s *server) registerStreams() {
 		}
 		return &streamOutput{Body: toStream(st)}, nil
 	})
+}
+
+// partInfo reads the sizes of every part and which children exist.
+func partInfo(r *store.Reader) ([]StreamPart, []string) {
+	parts := make([]StreamPart, r.Parts())
+	var hasCtx, hasMeta bool
+	size := func(ch streamfile.Channel, p int) *int64 {
+		if !r.Has(ch, p) {
+			return nil
+		}
+		sec, err := r.Section(ch, p)
+		if err != nil {
+			return nil
+		}
+		n := sec.Size()
+		return &n
+	}
+	for p := range parts {
+		parts[p] = StreamPart{Part: p + 1, ContextSize: size(streamfile.Context, p), MetaSize: size(streamfile.Meta, p)}
+		if d := size(streamfile.Data, p); d != nil {
+			parts[p].DataSize = *d
+		}
+		hasCtx = hasCtx || parts[p].ContextSize != nil
+		hasMeta = hasMeta || parts[p].MetaSize != nil
+	}
+	children := []string{}
+	if hasCtx {
+		children = append(children, childContext)
+	}
+	if hasMeta {
+		children = append(children, childMeta)
+	}
+	return parts, children
+}
+
+// channelOf maps the child parameter to a channel of the stream file.
+func channelOf(child string) streamfile.Channel {
+	switch child {
+	case childContext:
+		return streamfile.Context
+	case childMeta:
+		return streamfile.Meta
+	}
+	return streamfile.Data
+}
+
+// openReadable opens a stream whose data the caller may read: Data - View
+// and VIEW on its feed; 409 when it is not UNLOCKED (being written, or
+// deleted: restore it first).
+func (s *server) openReadable(ctx context.Context, id int64) (meta.Stream, *store.Reader, error) {
+	if err := require(ctx, access.DataView); err != nil {
+		return meta.Stream{}, nil, err
+	}
+	st, err := s.visibleStream(ctx, id, access.View)
+	if err != nil {
+		return st, nil, err
+	}
+	notReadable := func(st meta.Stream) error {
+		why := "it is still being written"
+		if st.Status == meta.Deleted {
+			why = "it was deleted; restore it to read its data"
+		}
+		return huma.Error409Conflict(fmt.Sprintf("stream %d is %s: %s", st.ID, st.Status, why))
+	}
+	if st.Status != meta.Unlocked {
+		return st, nil, notReadable(st)
+	}
+	r, err := s.Store.Open(ctx, st.ID)
+	if errors.Is(err, store.ErrNotReadable) {
+		st.Status = meta.Deleted // changed since GetStream, and only a delete can do that
+		return st, nil, notReadable(st)
+	}
+	if err != nil {
+		return st, nil, s.internal("open stream", err)
+	}
+	return st, r, nil
+}
+
+func (s *server) streamData(ctx context.Context, in *dataInput) (*huma.StreamResponse, error) {
+	st, r, err := s.openReadable(ctx, in.ID)
+	if err != nil {
+		return nil, err
+	}
+	ch := channelOf(in.Child)
+	first, last := 0, r.Parts()-1
+	if in.Part > 0 {
+		if in.Part > r.Parts() {
+			r.Close()
+			return nil, huma.Error404NotFound(fmt.Sprintf("stream %d has %d part(s)", st.ID, r.Parts()))
+		}
+		first, last = in.Part-1, in.Part-1
+	}
+	var sections []*io.SectionReader
+	for p := first; p <= last; p++ {
+		if !r.Has(ch, p) {
+			continue
+		}
+		sec, err := r.Section(ch, p)
+		if err != nil {
+			r.Close()
+			return nil, s.internal("read stream", err)
+		}
+		sections = append(sections, sec)
+	}
+	all := newConcat(sections)
+
+	// The selection is [offset, offset+length); a Range header picks
+	// within it, so Content-Range speaks of the selection.
+	if in.Offset > all.size {
+		r.Close()
+		return nil, huma.ErrorWithHeaders(
+			huma.NewError(http.StatusRequestedRangeNotSatisfiable, fmt.Sprintf("offset %d is beyond the end (%d bytes)", in.Offset, all.size)),
+			http.Header{"Content-Range": {fmt.Sprintf("bytes */%d", all.size)}})
+	}
+	selSize := all.size - in.Offset
+	if in.Length > 0 && in.Length < selSize {
+		selSize = in.Length
+	}
+	etag := fmt.Sprintf(`"weir-stream-%d"`, st.ID)
+	start, n, status := in.Offset, selSize, http.StatusOK
+	contentRange := ""
+	if in.Range != "" && (in.IfRange == "" || in.IfRange == etag) {
+		rs, rn, ok, satisfiable := parseRange(in.Range, selSize)
+		if !satisfiable {
+			r.Close()
+			return nil, huma.ErrorWithHeaders(
+				huma.NewError(http.StatusRequestedRangeNotSatisfiable, fmt.Sprintf("range %q is not within the %d bytes selected", in.Range, selSize)),
+				http.Header{"Content-Range": {fmt.Sprintf("bytes */%d", selSize)}})
+		}
+		if ok {
+			start, n, status = in.Offset+rs, rn, http.StatusPartialContent
+			contentRange = fmt.Sprintf("bytes %d-%d/%d", rs, rs+rn-1, selSize)
+		}
+	}
+	name := fmt.Sprintf("stream-%d", st.ID)
+	if in.Part > 0 {
+		name += fmt.Sprintf("-part-%d", in.Part)
+	}
+	if in.Child != "" {
+		name += "-" + strings.ToLower(strings.ReplaceAll(in.Child, " ", ""))
+	}
+	body := io.NewSectionReader(all, start, n)
+	return &huma.StreamResponse{Body: func(hc huma.Context) {
+		defer r.Close()
+		hc.SetHeader("Content-Type", "application/octet-stream")
+		hc.SetHeader("Content-Length", strconv.FormatInt(n, 10))
+		hc.SetHeader("Content-Disposition", `attachment; filename="`+name+`.dat"`)
+		hc.SetHeader("Accept-Ranges", "bytes")
+		hc.SetHeader("ETag", etag)
+		if contentRange != "" {
+			hc.SetHeader("Content-Range", contentRange)
+		}
+		hc.SetStatus(status)
+		// A block-sized buffer: each read inflates whole blocks.
+		if _, err := io.CopyBuffer(hc.BodyWriter(), body, make([]byte, streamfile.DefaultBlockSize)); err != nil {
+			s.Log.Warn("stream download ended early", "stream", st.ID, "err", err)
+		}
+	}}, nil
+}
+
+// parseRange reads a Range header for a body of size bytes. ok is false
+// when the header is to be ignored and the whole body sent (not a byte
+// range, malformed, or several ranges: RFC 9110 lets a server ignore
+// Range); satisfiable is false when the one range lies outside the body.
+func parseRange(h string, size int64) (start, n int64, ok, satisfiable bool) {
+	spec, found := strings.CutPrefix(strings.TrimSpace(h), "bytes=")
+	if !found || strings.Contains(spec, ",") {
+		return 0, 0, false, true
+	}
+	a, b, found := strings.Cut(strings.TrimSpace(spec), "-")
+	if !found {
+		return 0, 0, false, true
+	}
+	num := func(s string) (int64, bool) {
+		v, err := strconv.ParseInt(s, 10, 64)
+		return v, err == nil && v >= 0 && s != "" && s[0] != '+'
+	}
+	if a == "" { // bytes=-n: the last n bytes
+		suffix, valid := num(b)
+		if !valid {
+			return 0, 0, false, true
+		}
+		if suffix == 0 || size == 0 {
+			return 0, 0, false, false
+		}
+		suffix = min(suffix, size)
+		return size - suffix, suffix, true, true
+	}
+	first, valid := num(a)
+	if !valid {
+		return 0, 0, false, true
+	}
+	lastByte := size - 1
+	if b != "" {
+		l, valid := num(b)
+		if !valid || l < first {
+			return 0, 0, false, true
+		}
+		lastByte = min(l, size-1)
+	}
+	if first >= size {
+		return 0, 0, false, false
+	}
+	return first, lastByte - first + 1, true, true
+}
+
+// concat reads several sections as one run of bytes.
+type concat struct {
+	secs   []*io.SectionReader
+	starts []int64 // offset of each section in the whole
+	size   int64
+}
+
+func newConcat(secs []*io.SectionReader) *concat {
+	c := &concat{secs: secs}
+	for _, s := range secs {
+		c.starts = append(c.starts, c.size)
+		c.size += s.Size()
+	}
+	return c
+}
+
+func (c *concat) ReadAt(p []byte, off int64) (int, error) {
+	n := 0
+	for i, s := range c.secs {
+		if n == len(p) {
+			break
+		}
+		end := c.starts[i] + s.Size()
+		if off+int64(n) >= end {
+			continue
+		}
+		in := off + int64(n) - c.starts[i]
+		m, err := s.ReadAt(p[n:min(len(p), n+int(end-(off+int64(n))))], in)
+		n += m
+		if err != nil && !errors.Is(err, io.EOF) {
+			return n, err
+		}
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
 }
 
 // visibleStream returns a stream the caller holds level on its feed for:

@@ -74,4 +74,8 @@ func TestAPIKeysThroughAPI(t *testing.T) {
 		t.Fatalf("key for alice is %q", me.Name)
 	}
 	boss.do("GET", "/apikeys?user=alice", "").want(t, "boss lists alice's keys", 200, nil)
+
+	// Manage Users is not a way to become an Administrator: no key for one.
+	boss.do("POST", "/apikeys", `{"user":"admin","name":"takeover"}`).want(t, "boss creates a key for the administrator", 403, nil)
+	boss.do("GET", "/apikeys?user=admin", "").want(t, "boss lists the administrator's keys", 403, nil)
 }

@@ -38,6 +38,10 @@ type Feed struct {
 	Description     string `json:"description"`
 	CreateMs        int64  `json:"createMs"`
 	UpdateMs        int64  `json:"updateMs"`
+	// Version counts changes: 1 when created, one more on every update. A
+	// full-object update names the version it read, so that a change made
+	// meanwhile by someone else is refused rather than silently overwritten.
+	Version int64 `json:"version"`
 }
 
 // DefaultNamePattern is the reference system's default feed name rule.

@@ -222,7 +222,7 @@ func (r *Repo) HasUsers(ctx context.Context) (bool, error) {
 // an error wrapping ErrNotFound.
 func (r *Repo) SetUserEnabled(ctx context.Context, name string, enabled bool) error {
 	err := r.withTx(ctx, func(tx *sql.Tx) error {
-		return expectOne(tx.ExecContext(ctx, `UPDATE users SET enabled = $1, update_ms = $2 WHERE name = $3`,
+		return expectOne(tx.ExecContext(ctx, `UPDATE users SET enabled = $1, update_ms = $2, version = version + 1 WHERE name = $3`,
 			boolInt(enabled), nowMs(), name))
 	})
 	if err != nil {

@@ -157,6 +157,7 @@ func testFeedCRUD(t *testing.T, loc location) {
 		t.Errorf("CreateMs/UpdateMs = %d/%d, want set and equal", got.CreateMs, got.UpdateMs)
 	}
 	f.CreateMs, f.UpdateMs = got.CreateMs, got.UpdateMs
+	f.Version = 1
 	if got != f {
 		t.Errorf("GetFeed = %+v, want %+v", got, f)
 	}
@@ -215,6 +216,7 @@ func testFeedCRUD(t *testing.T, loc location) {
 		t.Errorf("UpdateMs after update = %d, want now", got.UpdateMs)
 	}
 	upd.CreateMs, upd.UpdateMs = got.CreateMs, got.UpdateMs
+	upd.Version = 2
 	if got != upd {
 		t.Errorf("after update = %+v, want %+v", got, upd)
 	}

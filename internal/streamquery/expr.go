@@ -1,0 +1,550 @@
+// Package streamquery is the filter language for finding streams: the
+// reference system's expression JSON (operators and terms over stream fields
+// and attributes) validated into a typed tree, and compiled to a
+// parameterised SQL condition on the streams table for SQLite or PostgreSQL.
+//
+// Validation happens once, in Parse, and says exactly what is wrong and
+// where; a validated Expr always compiles. Values never become SQL text:
+// every value is a bound parameter.
+package streamquery
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/weirhq/weir/internal/attr"
+)
+
+// ExpressionItem is one expression item as JSON: an operator combining
+// child items, or a term comparing one field with a value, in the reference
+// system's shape ({"type":"operator",...} / {"type":"term",...}).
+type ExpressionItem struct {
+	Type      string           `json:"type" enum:"operator,term" doc:"operator: combines children; term: one comparison"`
+	Op        string           `json:"op,omitempty" enum:"AND,OR,NOT" doc:"Operators only: how the children combine (default AND). NOT negates the AND of its children."`
+	Enabled   *bool            `json:"enabled,omitempty" doc:"false: the item is ignored, as if absent (default true)"`
+	Children  []ExpressionItem `json:"children,omitempty" doc:"Operators only. An operator without enabled children places no condition."`
+	Field     string           `json:"field,omitempty" doc:"Terms only: Id, Feed, Type, Status, Create Time, Effective Time, Status Time, Receipt Id, Parts, Raw Size, File Size, or attribute:<name> (attribute names match in any case)"`
+	Condition string           `json:"condition,omitempty" enum:"EQUALS,NOT_EQUALS,CONTAINS,STARTS_WITH,ENDS_WITH,GREATER_THAN,GREATER_THAN_OR_EQUAL_TO,LESS_THAN,LESS_THAN_OR_EQUAL_TO,BETWEEN,IN,IS_NULL,IS_NOT_NULL" doc:"Terms only"`
+	Value     string           `json:"value,omitempty" doc:"Terms only. Dates as yyyy-MM-ddTHH:mm:ss.SSSZ (UTC) or epoch milliseconds; BETWEEN takes 'low,high' (inclusive); IN a comma-separated list; IS_NULL and IS_NOT_NULL none."`
+}
+
+// Condition is how a term compares its field with its value.
+type Condition string
+
+// The conditions. Text comparisons are case-sensitive and exact; only
+// attribute names are matched in any case.
+const (
+	Equals               Condition = "EQUALS"
+	NotEquals            Condition = "NOT_EQUALS"
+	Contains             Condition = "CONTAINS"
+	StartsWith           Condition = "STARTS_WITH"
+	EndsWith             Condition = "ENDS_WITH"
+	GreaterThan          Condition = "GREATER_THAN"
+	GreaterThanOrEqualTo Condition = "GREATER_THAN_OR_EQUAL_TO"
+	LessThan             Condition = "LESS_THAN"
+	LessThanOrEqualTo    Condition = "LESS_THAN_OR_EQUAL_TO"
+	Between              Condition = "BETWEEN"
+	In                   Condition = "IN"
+	IsNull               Condition = "IS_NULL"
+	IsNotNull            Condition = "IS_NOT_NULL"
+)
+
+// Limits bound the work one expression can ask of the database and of
+// this package: a client cannot send a deeply nested or enormous tree.
+const (
+	MaxDepth      = 16   // operator nesting
+	MaxItems      = 500  // operators and terms together
+	MaxListValues = 1000 // values of one IN term
+	MaxValueBytes = 4096 // bytes of one term value (a whole IN list)
+	MaxNameBytes  = 256  // bytes of an attribute name
+)
+
+// AttributePrefix starts a field that names an attribute.
+const AttributePrefix = "attribute:"
+
+// Error is an expression that is not valid. Path locates the item in the
+// JSON, relative to the expression (e.g. "children[2].condition").
+type Error struct {
+	Path  string
+	Msg   string
+	Value any // the offending value, if any
+}
+
+func (e *Error) Error() string {
+	if e.Path == "" {
+		return "expression: " + e.Msg
+	}
+	return "expression." + e.Path + ": " + e.Msg
+}
+
+// kind is the type of a field's values, which decides its conditions.
+type kind int
+
+const (
+	kindInt kind = iota
+	kindDate
+	kindText
+	kindStatus
+	kindAttr
+)
+
+// field is a queryable column of the streams table.
+type field struct {
+	name   string // canonical spelling
+	column string
+	kind   kind
+	// emptyIsNull: the column's zero value ('' or 0) means "no value", so
+	// IS_NULL and IS_NOT_NULL apply and no other condition matches it.
+	emptyIsNull bool
+	// wildcard: EQUALS and NOT_EQUALS treat '*' in the value as "any
+	// characters", as the reference system does for feed names.
+	wildcard bool
+}
+
+// fieldNames lists the fixed fields, for error messages.
+const fieldNames = "Id, Feed, Type, Status, Create Time, Effective Time, Status Time, Receipt Id, Parts, Raw Size, File Size"
+
+// lookupField resolves a fixed field name in any case. It is a switch
+// rather than a table so that the package holds no mutable state.
+func lookupField(name string) (field, bool) {
+	switch strings.ToLower(strings.TrimSpace(name)) {
+	case "id":
+		return field{name: "Id", column: "id", kind: kindInt}, true
+	case "feed":
+		return field{name: "Feed", column: "feed", kind: kindText, wildcard: true}, true
+	case "type":
+		return field{name: "Type", column: "type", kind: kindText, emptyIsNull: true}, true
+	case "status":
+		return field{name: "Status", column: "status", kind: kindStatus}, true
+	case "create time":
+		return field{name: "Create Time", column: "create_ms", kind: kindDate}, true
+	case "effective time":
+		return field{name: "Effective Time", column: "effective_ms", kind: kindDate, emptyIsNull: true}, true
+	case "status time":
+		return field{name: "Status Time", column: "status_ms", kind: kindDate}, true
+	case "receipt id":
+		return field{name: "Receipt Id", column: "receipt_id", kind: kindText, emptyIsNull: true}, true
+	case "parts":
+		return field{name: "Parts", column: "parts", kind: kindInt}, true
+	case "raw size":
+		return field{name: "Raw Size", column: "raw_size", kind: kindInt}, true
+	case "file size":
+		return field{name: "File Size", column: "file_size", kind: kindInt}, true
+	}
+	return field{}, false
+}
+
+// conditionsFor lists the conditions a field accepts, in a stable order for
+// error messages.
+func conditionsFor(f field) []Condition {
+	ordering := []Condition{GreaterThan, GreaterThanOrEqualTo, LessThan, LessThanOrEqualTo, Between}
+	var cs []Condition
+	switch f.kind {
+	case kindInt, kindDate:
+		cs = append([]Condition{Equals, NotEquals}, ordering...)
+		cs = append(cs, In)
+	case kindText:
+		cs = []Condition{Equals, NotEquals, Contains, StartsWith, EndsWith, In}
+	case kindStatus:
+		cs = []Condition{Equals, NotEquals, In}
+	case kindAttr:
+		cs = []Condition{Equals, NotEquals, Contains, StartsWith, EndsWith}
+		cs = append(cs, ordering...)
+		cs = append(cs, In, IsNull, IsNotNull)
+	}
+	if f.emptyIsNull {
+		cs = append(cs, IsNull, IsNotNull)
+	}
+	return cs
+}
+
+func validCondition(c Condition) bool {
+	switch c {
+	case Equals, NotEquals, Contains, StartsWith, EndsWith, GreaterThan, GreaterThanOrEqualTo,
+		LessThan, LessThanOrEqualTo, Between, In, IsNull, IsNotNull:
+		return true
+	}
+	return false
+}
+
+// Expr is a validated expression. The zero value and nil match every stream.
+type Expr struct {
+	root  cond // nil: no condition
+	terms int
+}
+
+// Terms is the number of enabled terms: 0 means the expression matches
+// every stream.
+func (e *Expr) Terms() int {
+	if e == nil {
+		return 0
+	}
+	return e.terms
+}
+
+// cond is a node of the validated tree.
+type cond interface{ isCond() }
+
+type junction struct {
+	or   bool
+	kids []cond
+}
+
+type negation struct{ kid cond }
+
+// valueKind is how a term's values are typed once validated.
+type valueKind int
+
+const (
+	valNone valueKind = iota
+	valInt            // ints (ids, sizes, epoch ms of dates; attribute numbers)
+	valText           // strs
+	valDate           // attribute compared as canonical date text (strs hold DateLayout)
+)
+
+type term struct {
+	f    field
+	attr string // attribute name as given (kindAttr)
+	c    Condition
+	vk   valueKind
+	ints []int64
+	strs []string
+	// glob: the single text value is a wildcard pattern (Feed EQUALS x*).
+	glob bool
+}
+
+func (junction) isCond() {}
+func (negation) isCond() {}
+func (term) isCond()     {}
+
+// ParseJSON decodes and validates an expression. Empty input or JSON null
+// is the expression that matches everything.
+func ParseJSON(b []byte) (*Expr, error) {
+	if s := strings.TrimSpace(string(b)); s == "" || s == "null" {
+		return &Expr{}, nil
+	}
+	var n ExpressionItem
+	if err := json.Unmarshal(b, &n); err != nil {
+		return nil, &Error{Msg: "not a valid expression: " + err.Error()}
+	}
+	return Parse(&n)
+}
+
+// Parse validates an expression tree. nil matches everything. Errors are
+// *Error.
+func Parse(n *ExpressionItem) (*Expr, error) {
+	if n == nil {
+		return &Expr{}, nil
+	}
+	p := parser{}
+	c, err := p.node(n, "", 0)
+	if err != nil {
+		return nil, err
+	}
+	return &Expr{root: c, terms: countTerms(c)}, nil
+}
+
+func countTerms(c cond) int {
+	switch c := c.(type) {
+	case junction:
+		n := 0
+		for _, k := range c.kids {
+			n += countTerms(k)
+		}
+		return n
+	case negation:
+		return countTerms(c.kid)
+	case term:
+		return 1
+	}
+	return 0
+}
+
+type parser struct{ items int }
+
+func join(path, elem string) string {
+	if path == "" {
+		return elem
+	}
+	return path + "." + elem
+}
+
+func (p *parser) node(n *ExpressionItem, path string, depth int) (cond, error) {
+	p.items++
+	if p.items > MaxItems {
+		return nil, &Error{Path: path, Msg: fmt.Sprintf("the expression has more than %d items", MaxItems)}
+	}
+	switch n.Type {
+	case "operator":
+		return p.operator(n, path, depth)
+	case "term":
+		if len(n.Children) > 0 || n.Op != "" {
+			return nil, &Error{Path: path, Msg: "a term has no op or children (did you mean type operator?)"}
+		}
+		t, err := parseTerm(n, path)
+		if err != nil {
+			return nil, err
+		}
+		if n.Enabled != nil && !*n.Enabled {
+			// Validated all the same: a client should learn of a mistake
+			// before it enables the item.
+			return nil, nil
+		}
+		return t, nil
+	case "":
+		return nil, &Error{Path: join(path, "type"), Msg: `missing: say "operator" or "term"`}
+	}
+	return nil, &Error{Path: join(path, "type"), Msg: `must be "operator" or "term"`, Value: n.Type}
+}
+
+func (p *parser) operator(n *ExpressionItem, path string, depth int) (cond, error) {
+	if depth >= MaxDepth {
+		return nil, &Error{Path: path, Msg: fmt.Sprintf("operators are nested more than %d deep", MaxDepth)}
+	}
+	if n.Field != "" || n.Condition != "" || n.Value != "" {
+		return nil, &Error{Path: path, Msg: "an operator has no field, condition or value (did you mean type term?)"}
+	}
+	op := n.Op
+	switch op {
+	case "", "AND", "OR", "NOT":
+	default:
+		return nil, &Error{Path: join(path, "op"), Msg: "must be AND, OR or NOT", Value: op}
+	}
+	var kids []cond
+	for i := range n.Children {
+		c, err := p.node(&n.Children[i], join(path, "children["+strconv.Itoa(i)+"]"), depth+1)
+		if err != nil {
+			return nil, err
+		}
+		if c != nil {
+			kids = append(kids, c)
+		}
+	}
+	// A disabled operator is validated like the rest but then dropped.
+	if n.Enabled != nil && !*n.Enabled || len(kids) == 0 {
+		// As in the reference system, an operator with nothing in it places
+		// no condition, whatever its op.
+		return nil, nil
+	}
+	switch op {
+	case "NOT":
+		if len(kids) == 1 {
+			return negation{kid: kids[0]}, nil
+		}
+		return negation{kid: junction{kids: kids}}, nil
+	case "OR":
+		if len(kids) == 1 {
+			return kids[0], nil
+		}
+		return junction{or: true, kids: kids}, nil
+	}
+	if len(kids) == 1 {
+		return kids[0], nil
+	}
+	return junction{kids: kids}, nil
+}
+
+func parseTerm(n *ExpressionItem, path string) (term, error) {
+	var t term
+	name := n.Field
+	switch {
+	case name == "":
+		return t, &Error{Path: join(path, "field"), Msg: "missing: a term needs a field (" + fieldNames + ", or " + AttributePrefix + "<name>)"}
+	case len(name) >= len(AttributePrefix) && strings.EqualFold(name[:len(AttributePrefix)], AttributePrefix):
+		a := strings.TrimSpace(name[len(AttributePrefix):])
+		switch {
+		case a == "":
+			return t, &Error{Path: join(path, "field"), Msg: "the attribute name after " + AttributePrefix + " is empty", Value: name}
+		case len(a) > MaxNameBytes:
+			return t, &Error{Path: join(path, "field"), Msg: fmt.Sprintf("the attribute name is longer than %d bytes", MaxNameBytes)}
+		case !utf8.ValidString(a):
+			return t, &Error{Path: join(path, "field"), Msg: "the attribute name is not valid UTF-8"}
+		}
+		t.f = field{name: AttributePrefix + a, kind: kindAttr}
+		t.attr = a
+	default:
+		f, ok := lookupField(name)
+		if !ok {
+			return t, &Error{Path: join(path, "field"), Value: name,
+				Msg: fmt.Sprintf("unknown field %q: fields are %s, or %s<name> for an attribute", name, fieldNames, AttributePrefix)}
+		}
+		t.f = f
+	}
+
+	t.c = Condition(n.Condition)
+	if t.c == "" {
+		return t, &Error{Path: join(path, "condition"), Msg: "missing: a term needs a condition"}
+	}
+	if !validCondition(t.c) {
+		return t, &Error{Path: join(path, "condition"), Value: n.Condition, Msg: fmt.Sprintf("unknown condition %q", n.Condition)}
+	}
+	allowed := conditionsFor(t.f)
+	ok := false
+	for _, c := range allowed {
+		ok = ok || c == t.c
+	}
+	if !ok {
+		names := make([]string, len(allowed))
+		for i, c := range allowed {
+			names[i] = string(c)
+		}
+		return t, &Error{Path: join(path, "condition"), Value: n.Condition,
+			Msg: fmt.Sprintf("%s is not a condition of field %s; it takes %s", t.c, t.f.name, strings.Join(names, ", "))}
+	}
+	if err := t.values(n.Value); err != nil {
+		err.Path = join(path, "value")
+		if err.Value == nil {
+			err.Value = n.Value
+		}
+		return t, err
+	}
+	return t, nil
+}
+
+// values parses and types the term's value for its field and condition.
+func (t *term) values(v string) *Error {
+	if len(v) > MaxValueBytes {
+		return &Error{Msg: fmt.Sprintf("the value is longer than %d bytes", MaxValueBytes), Value: v[:64] + "..."}
+	}
+	if !utf8.ValidString(v) {
+		return &Error{Msg: "the value is not valid UTF-8"}
+	}
+	var raw []string
+	switch t.c {
+	case IsNull, IsNotNull:
+		if v != "" {
+			return &Error{Msg: string(t.c) + " takes no value"}
+		}
+		return nil
+	case Between:
+		raw = strings.Split(v, ",")
+		if len(raw) != 2 {
+			return &Error{Msg: "BETWEEN takes two values separated by a comma, low,high (both inclusive)"}
+		}
+		raw[0], raw[1] = strings.TrimSpace(raw[0]), strings.TrimSpace(raw[1])
+	case In:
+		for s := range strings.SplitSeq(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				raw = append(raw, s)
+			}
+		}
+		if len(raw) == 0 {
+			return &Error{Msg: "IN takes a comma-separated list of at least one value"}
+		}
+		if len(raw) > MaxListValues {
+			return &Error{Msg: fmt.Sprintf("IN takes at most %d values", MaxListValues)}
+		}
+	default:
+		raw = []string{v}
+	}
+
+	switch t.f.kind {
+	case kindInt:
+		t.vk = valInt
+		for _, s := range raw {
+			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+			if err != nil {
+				return &Error{Msg: fmt.Sprintf("%s takes whole numbers; %q is not one", t.f.name, s)}
+			}
+			t.ints = append(t.ints, n)
+		}
+	case kindDate:
+		t.vk = valInt
+		for _, s := range raw {
+			tm, err := attr.ParseTime(strings.TrimSpace(s))
+			if err != nil {
+				return &Error{Msg: fmt.Sprintf("%s takes dates like 2024-03-01T12:34:56.789Z: %v", t.f.name, err)}
+			}
+			t.ints = append(t.ints, tm.UnixMilli())
+		}
+	case kindStatus:
+		t.vk = valText
+		for _, s := range raw {
+			st, ok := parseStatus(s)
+			if !ok {
+				return &Error{Msg: fmt.Sprintf("Status is one of Unlocked, Locked, Deleted; %q is not", s)}
+			}
+			t.strs = append(t.strs, st)
+		}
+	case kindText:
+		t.vk = valText
+		t.strs = raw
+		t.glob = t.f.wildcard && (t.c == Equals || t.c == NotEquals) && strings.Contains(v, "*")
+	case kindAttr:
+		t.attrValues(raw)
+	}
+	if t.c == Between && t.vk == valInt && t.ints[0] > t.ints[1] {
+		return &Error{Msg: "BETWEEN's low value is above its high value"}
+	}
+	return nil
+}
+
+// attrValues types an attribute term's values. Attribute values are text,
+// so equality and text matching compare text; the ordering conditions
+// compare numbers when the value is a whole number, dates when it is a
+// date, and text (byte order) otherwise.
+func (t *term) attrValues(raw []string) {
+	t.vk = valText
+	t.strs = raw
+	switch t.c {
+	case GreaterThan, GreaterThanOrEqualTo, LessThan, LessThanOrEqualTo, Between:
+	default:
+		return
+	}
+	ints := make([]int64, 0, len(raw))
+	for _, s := range raw {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || !attrIntText(s) {
+			break
+		}
+		ints = append(ints, n)
+	}
+	if len(ints) == len(raw) {
+		t.vk, t.ints, t.strs = valInt, ints, nil
+		return
+	}
+	dates := make([]string, 0, len(raw))
+	for _, s := range raw {
+		tm, err := attr.ParseTime(s)
+		if err != nil || allDigits(s) {
+			break
+		}
+		dates = append(dates, attr.FormatTime(tm))
+	}
+	if len(dates) == len(raw) {
+		t.vk, t.strs = valDate, dates
+	}
+}
+
+// attrIntText reports whether s has the shape the SQL side treats as a
+// number in an attribute: an optional minus and at most 18 characters of
+// digits in all, so it always fits in 64 bits.
+func attrIntText(s string) bool {
+	d := strings.TrimPrefix(s, "-")
+	return len(s) <= 18 && allDigits(d)
+}
+
+func allDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// parseStatus accepts the reference system's display values (Unlocked) and
+// weir's stored ones (UNLOCKED), in any case.
+func parseStatus(s string) (string, bool) {
+	switch u := strings.ToUpper(strings.TrimSpace(s)); u {
+	case "UNLOCKED", "LOCKED", "DELETED":
+		return u, true
+	}
+	return "", false
+}
