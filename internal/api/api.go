@@ -10,6 +10,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/weirhq/weir/internal/auth"
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/receive"
 	"github.com/weirhq/weir/internal/store"
 )
 
@@ -42,6 +44,8 @@ type Deps struct {
 	Node      string // this node's name
 	DataDir   string // where operations keep their files (exports, imports)
 	Config    config.Config
+	// Receiver is the datafeed handler; imports store through it.
+	Receiver *receive.Handler
 }
 
 type server struct {
@@ -93,6 +97,12 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 	if err := s.registerOperations(); err != nil {
 		(&Server{s}).Close()
 		return nil, err
+	}
+	// huma renders each OpenAPI document on its first request and caches it
+	// without a lock; rendering them here, before the server accepts
+	// requests, keeps concurrent first requests from racing.
+	for _, doc := range []string{"openapi.json", "openapi.yaml", "openapi-3.0.json", "openapi-3.0.yaml"} {
+		mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/api/"+doc, nil))
 	}
 	return &Server{s}, nil
 }

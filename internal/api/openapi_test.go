@@ -27,6 +27,7 @@ import (
 	"github.com/weirhq/weir/internal/app"
 	"github.com/weirhq/weir/internal/app/apptest"
 	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/receipt"
 	"github.com/weirhq/weir/internal/receive"
 )
 
@@ -453,9 +454,15 @@ func TestRoutesDocumented(t *testing.T) {
 	}
 	t.Cleanup(st.Close)
 	mux := http.NewServeMux()
-	receive.New(receive.Options{Config: cfg.Receive, Feeds: st.Repo, Store: st.Store}).Register(mux)
+	ids, err := receipt.NewGenerator(receipt.OriginService, cfg.Node, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := receive.New(receive.Options{Config: cfg.Receive, Feeds: st.Repo, Store: st.Store, IDs: ids})
+	h.Register(mux)
 	srv, err := api.Register(mux, api.Deps{Repo: st.Repo, Store: st.Store, Access: access.New(st.Repo, 0, nil),
-		FeedNames: cfg.FeedNameRegexp(), Log: log, Version: app.Version(), Node: cfg.Node, DataDir: cfg.Data, Config: cfg})
+		FeedNames: cfg.FeedNameRegexp(), Log: log, Version: app.Version(), Node: cfg.Node, DataDir: cfg.Data, Config: cfg,
+		Receiver: h})
 	if err != nil {
 		t.Fatal(err)
 	}

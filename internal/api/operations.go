@@ -1,5 +1,236 @@
 package api
 
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/weirhq/weir/internal/access"
+	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/operations"
+)
+
+// Operation kinds.
+const (
+	kindExport = "export"
+	kindImport = "import"
+)
+
+// Operation is accepted-then-poll work as the API shows it.
+type Operation struct {
+	ID         string            `json:"id" format:"uuid"`
+	Kind       string            `json:"kind" enum:"export,import"`
+	State      string            `json:"state" enum:"PENDING,RUNNING,SUCCEEDED,FAILED,CANCELLED"`
+	Owner      string            `json:"owner" doc:"The user who submitted it"`
+	Done       int64             `json:"done" doc:"Progress: how much of total is done (streams for an export, bytes for an import)"`
+	Total      int64             `json:"total" doc:"Progress: 0 while not yet known"`
+	Result     json.RawMessage   `json:"result" doc:"The outcome once SUCCEEDED; {} before. An export's: {fileSize, streams, parts, skipped, download}; an import's: {streams: [ids], parts, bytes, receiptId}."`
+	Error      string            `json:"error" doc:"Why it FAILED"`
+	CreateTime string            `json:"createTime" doc:"UTC, yyyy-MM-ddTHH:mm:ss.SSSZ"`
+	UpdateTime string            `json:"updateTime"`
+	FinishTime string            `json:"finishTime" doc:"Empty until it reaches a final state (SUCCEEDED, FAILED, CANCELLED)"`
+	Links      map[string]string `json:"links" doc:"self: this resource; download: the export's file, once SUCCEEDED"`
+}
+
+func (s *opsAPI) operationLink(id string) string { return s.BasePath + "/api/operations/" + id }
+
+func (s *opsAPI) toOperation(op meta.Operation) Operation {
+	links := map[string]string{"self": s.operationLink(op.ID)}
+	if op.Kind == kindExport && op.State == meta.OpSucceeded {
+		links["download"] = s.operationLink(op.ID) + "/download"
+	}
+	result := json.RawMessage(op.Result)
+	if !json.Valid(result) {
+		result = json.RawMessage("{}")
+	}
+	return Operation{ID: op.ID, Kind: op.Kind, State: string(op.State), Owner: op.Owner, Done: op.Done, Total: op.Total,
+		Result: result, Error: op.Error, CreateTime: ms(op.CreateMs), UpdateTime: ms(op.UpdateMs),
+		FinishTime: ms(op.FinishMs), Links: links}
+}
+
+type listOperationsInput struct {
+	Owner string `query:"owner" doc:"Whose operations; default the caller's own, or everyone's for an Administrator. Another user's need Administrator."`
+	Kind  string `query:"kind" enum:"export,import"`
+	State string `query:"state" enum:"PENDING,RUNNING,SUCCEEDED,FAILED,CANCELLED"`
+	Limit int    `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"At most this many, newest first"`
+}
+
+type listOperationsOutput struct {
+	Body struct {
+		Operations []Operation `json:"operations" doc:"Newest first"`
+	}
+}
+
+type operationInput struct {
+	ID string `path:"id" doc:"Operation id"`
+}
+
+type operationOutput struct{ Body Operation }
+
+// acceptedOutput answers a submitted operation: 202 with its Location.
+type acceptedOutput struct {
+	Location string `header:"Location" doc:"The operation resource to poll"`
+	Body     Operation
+}
+
+// opsAPI is the operations part of the API: the service that runs them
+// and the routes that submit and report them.
+type opsAPI struct {
+	*server
+	svc *operations.Service
+	imp *importer
+}
+
 // registerOperations registers accepted-then-poll operations and starts
 // their workers (stopped through s.closers).
-func (s *server) registerOperations() error { return nil }
+func (s *server) registerOperations() error {
+	o, err := newOpsAPI(s)
+	if err != nil {
+		return err
+	}
+	o.register()
+	o.svc.Start()
+	s.closers = append(s.closers, o.svc.Close)
+	return nil
+}
+
+func newOpsAPI(srv *server) (*opsAPI, error) {
+	if srv.DataDir == "" {
+		return nil, errors.New("api: operations need a data directory for their files")
+	}
+	s := &opsAPI{server: srv}
+	for _, dir := range []string{s.exportDir(), s.importDir()} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("api: create %s: %w", dir, err)
+		}
+	}
+	imp, err := newImporter(srv)
+	if err != nil {
+		return nil, err
+	}
+	s.imp = imp
+	s.svc = operations.New(operations.Options{Repo: s.Repo, Node: s.Node, Log: s.Log.With("log", "operations")})
+	s.svc.Register(kindExport, s.runExport)
+	s.svc.Register(kindImport, s.runImport)
+	return s, nil
+}
+
+func (s *opsAPI) register() {
+	ops := s.svc
+	huma.Register(s.api, secured(huma.Operation{
+		OperationID: "list-operations", Method: http.MethodGet, Path: "/operations", Tags: []string{"Operations"},
+		Summary:     "List operations",
+		Description: "Accepted-then-poll operations (exports, imports): the caller's own, or with Administrator everyone's.",
+	}), func(ctx context.Context, in *listOperationsInput) (*listOperationsOutput, error) {
+		p := caller(ctx)
+		owner := in.Owner
+		switch {
+		case owner == "" && !p.IsAdmin():
+			owner = p.User.Name
+		case owner != "" && owner != p.User.Name && !p.IsAdmin():
+			return nil, huma.Error403Forbidden("listing another user's operations needs the application permission " + access.Administrator)
+		}
+		list, err := ops.List(ctx, meta.OperationFilter{Owner: owner, Kind: in.Kind, State: meta.OpState(in.State), Limit: in.Limit})
+		if err != nil {
+			return nil, s.internal("list operations", err)
+		}
+		out := &listOperationsOutput{}
+		out.Body.Operations = []Operation{}
+		for _, op := range list {
+			out.Body.Operations = append(out.Body.Operations, s.toOperation(op))
+		}
+		return out, nil
+	})
+
+	huma.Register(s.api, secured(huma.Operation{
+		OperationID: "get-operation", Method: http.MethodGet, Path: "/operations/{id}", Tags: []string{"Operations"},
+		Summary: "Get an operation",
+		Description: "Its state, progress and, once finished, result or error. Poll it after a 202 until finishTime is set. " +
+			"Any node answers for any operation. Only its owner and Administrators see it: 404 for anyone else.",
+		Errors: []int{http.StatusNotFound},
+	}), func(ctx context.Context, in *operationInput) (*operationOutput, error) {
+		op, err := s.visibleOperation(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		return &operationOutput{Body: s.toOperation(op)}, nil
+	})
+
+	huma.Register(s.api, secured(huma.Operation{
+		OperationID: "cancel-operation", Method: http.MethodDelete, Path: "/operations/{id}", Tags: []string{"Operations"},
+		Summary: "Cancel an operation",
+		Description: "Cancels a PENDING or RUNNING operation (owner or Administrator). A running one stops within a second or so; " +
+			"work it already committed stays (an import that has stored its streams keeps them). A finished operation is 409.",
+		Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}), func(ctx context.Context, in *operationInput) (*operationOutput, error) {
+		if _, err := s.visibleOperation(ctx, in.ID); err != nil {
+			return nil, err
+		}
+		op, err := ops.Cancel(ctx, in.ID)
+		switch {
+		case errors.Is(err, meta.ErrFinal):
+			return nil, huma.Error409Conflict(fmt.Sprintf("operation %s is %s; only PENDING or RUNNING operations can be cancelled", op.ID, op.State))
+		case errors.Is(err, meta.ErrNotFound):
+			return nil, huma.Error404NotFound("no operation " + in.ID)
+		case err != nil:
+			return nil, s.internal("cancel operation", err)
+		}
+		if op.Kind == kindImport {
+			// The staged upload is of no further use; a worker still reading
+			// it keeps its open file until it notices the cancellation.
+			if err := os.Remove(s.importFile(op.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				s.Log.Warn("remove staged import", "operation", op.ID, "err", err)
+			}
+		}
+		return &operationOutput{Body: s.toOperation(op)}, nil
+	})
+
+	s.registerExports()
+	s.registerImports()
+}
+
+// visibleOperation returns an operation its owner or an Administrator asks
+// for; anyone else gets 404, as if it did not exist.
+func (s *opsAPI) visibleOperation(ctx context.Context, id string) (meta.Operation, error) {
+	op, err := s.svc.Get(ctx, id)
+	if errors.Is(err, meta.ErrNotFound) {
+		return op, huma.Error404NotFound("no operation " + id)
+	}
+	if err != nil {
+		return op, s.internal("get operation", err)
+	}
+	if p := caller(ctx); op.Owner != p.User.Name && !p.IsAdmin() {
+		return meta.Operation{}, huma.Error404NotFound("no operation " + id)
+	}
+	return op, nil
+}
+
+// accepted answers a submitted operation.
+func (s *opsAPI) accepted(ctx context.Context, id string) (*acceptedOutput, error) {
+	op, err := s.svc.Get(ctx, id)
+	if err != nil {
+		return nil, s.internal("get operation", err)
+	}
+	return &acceptedOutput{Location: s.operationLink(id), Body: s.toOperation(op)}, nil
+}
+
+func (s *opsAPI) exportDir() string           { return filepath.Join(s.DataDir, "exports") }
+func (s *opsAPI) importDir() string           { return filepath.Join(s.DataDir, "imports") }
+func (s *opsAPI) exportFile(id string) string { return filepath.Join(s.exportDir(), id+".zip") }
+func (s *opsAPI) importFile(id string) string { return filepath.Join(s.importDir(), id+".zip") }
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -188,7 +188,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	}
 	if a.api, err = api.Register(mux, api.Deps{Repo: a.repo, Store: a.store, Access: a.sec.access, Tokens: tokens,
 		FeedNames: cfg.FeedNameRegexp(), Log: log.With("log", "api"), Version: Version(), BasePath: cfg.BasePath,
-		Node: node, DataDir: cfg.Data, Config: cfg}); err != nil {
+		Node: node, DataDir: cfg.Data, Config: cfg, Receiver: h}); err != nil {
 		return nil, err
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })

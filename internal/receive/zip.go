@@ -46,7 +46,16 @@ func (p *post) storeZip(raw *bodyReader, body io.Reader, deferFeedCheck bool) (o
 		}
 		return "", storeError(err)
 	}
+	// The body is all here: the post no longer depends on the connection.
+	// Go cancels the request's context when the sender shuts down its
+	// sending side after the body, which must not fail the checks below.
+	return p.storeZipFile(context.WithoutCancel(p.r.Context()), f, size, deferFeedCheck)
+}
 
+// storeZipFile stores a zip that is all here (a staged body or an
+// imported file) as one or more streams.
+func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, deferFeedCheck bool) (outcome, error) {
+	h := p.h
 	count, err := stroomzip.EntryCount(f, size)
 	if err != nil {
 		return "", wrap(CompressedInvalid, err, "the body is not a valid zip file")
@@ -72,10 +81,6 @@ func (p *post) storeZip(raw *bodyReader, body io.Reader, deferFeedCheck bool) (o
 		return "", wrap(InvalidDataFormat, err, "the zip breaks the Stroom zip format")
 	}
 
-	// The body is all here: the post no longer depends on the connection.
-	// Go cancels the request's context when the sender shuts down its
-	// sending side after the body, which must not fail the checks below.
-	ctx := context.WithoutCancel(p.r.Context())
 	post := h.opt.Store.Begin()
 	committed := false
 	defer func() {

@@ -1,0 +1,242 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+
+	"github.com/weirhq/weir/internal/access"
+	"github.com/weirhq/weir/internal/auth"
+	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/operations"
+	"github.com/weirhq/weir/internal/receive"
+)
+
+// importer stores imported zips the way /datafeed stores zip posts, with
+// the server's own receive handler: its checks, its limits and its receipt
+// ids (one generator per node keeps them unique).
+type importer struct {
+	h *receive.Handler
+}
+
+func newImporter(srv *server) (*importer, error) {
+	if srv.Receiver == nil {
+		return nil, fmt.Errorf("api: imports need the receive handler (Deps.Receiver)")
+	}
+	return &importer{h: srv.Receiver}, nil
+}
+
+// importRequest is what an import operation stores. The receipt id and
+// receive time are fixed at upload, so that a re-run after a restart
+// stores the same attributes and can tell whether the first run committed.
+type importRequest struct {
+	ReceiptID  string `json:"receiptId"`
+	ReceivedMs int64  `json:"receivedMs"`
+	UserID     string `json:"userId"`
+	Username   string `json:"username"`
+	Size       int64  `json:"size"`
+}
+
+// ImportResult is an import operation's result.
+type ImportResult struct {
+	Streams   []int64 `json:"streams" doc:"Ids of the streams created"`
+	Parts     int     `json:"parts" doc:"Parts stored, over all streams"`
+	Bytes     int64   `json:"bytes" doc:"Uncompressed data bytes stored"`
+	ReceiptID string  `json:"receiptId" doc:"The receipt id of the import, on every stream it created"`
+}
+
+// importInput takes the request itself: the zip is streamed to disk, never
+// held in memory, so huma must not read the body.
+type importInput struct {
+	r *http.Request
+	w http.ResponseWriter
+}
+
+func (in *importInput) Resolve(ctx huma.Context) []error {
+	in.r, in.w = humago.Unwrap(ctx)
+	return nil
+}
+
+func (s *opsAPI) registerImports() {
+	limit := int64(s.Config.Receive.MaxRequestSize)
+	huma.Register(s.api, secured(huma.Operation{
+		OperationID: "import-streams", Method: http.MethodPost, Path: "/imports", Tags: []string{"Operations"},
+		Summary: "Import a zip of streams",
+		Description: "Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 " +
+			"with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with " +
+			"`Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt " +
+			"checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for " +
+			"fails the operation, with the message the post would get. Needs Data - Import.",
+		DefaultStatus: http.StatusAccepted,
+		Errors:        []int{http.StatusBadRequest, http.StatusRequestEntityTooLarge},
+		RequestBody: &huma.RequestBody{Required: true, Description: "The zip",
+			Content: binaryContent("application/zip")},
+	}), func(ctx context.Context, in *importInput) (*acceptedOutput, error) {
+		if err := require(ctx, access.DataImport); err != nil {
+			return nil, err
+		}
+		if limit > 0 && in.r.ContentLength > limit {
+			return nil, tooLarge(limit)
+		}
+		id := operations.NewID()
+		size, err := s.stageImport(in, id, limit)
+		if err != nil {
+			return nil, err
+		}
+		p := caller(ctx)
+		display := p.User.DisplayName
+		if display == "" {
+			display = p.User.Name
+		}
+		req := importRequest{ReceiptID: s.imp.h.NextReceiptID(), ReceivedMs: time.Now().UnixMilli(),
+			UserID: p.User.Name, Username: display, Size: size}
+		if err := s.svc.SubmitID(ctx, id, kindImport, p.User.Name, req); err != nil {
+			_ = os.Remove(s.importFile(id))
+			return nil, s.internal("submit import", err)
+		}
+		return s.accepted(ctx, id)
+	})
+}
+
+func tooLarge(limit int64) error {
+	return huma.NewError(http.StatusRequestEntityTooLarge,
+		fmt.Sprintf("the zip is larger than receive.maxRequestSize (%s)", config.ByteSize(limit)))
+}
+
+// stageImport writes the request body to the import's file, durably (the
+// operation may run after a restart), and returns its size.
+func (s *opsAPI) stageImport(in *importInput, id string, limit int64) (int64, error) {
+	tmp, err := os.CreateTemp(s.importDir(), id+".zip.*.partial")
+	if err != nil {
+		return 0, s.internal("stage import", err)
+	}
+	staged := false
+	defer func() {
+		if !staged {
+			_ = tmp.Close()
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	body := &idleReader{r: in.r.Body, rc: http.NewResponseController(in.w), idle: s.Config.Receive.BodyIdleTimeout.D()}
+	var src io.Reader = body
+	if limit > 0 {
+		src = io.LimitReader(body, limit+1)
+	}
+	n, err := io.Copy(tmp, src)
+	switch {
+	case limit > 0 && n > limit:
+		return 0, tooLarge(limit)
+	case err != nil && body.err != nil:
+		return 0, huma.Error400BadRequest("reading the zip failed: " + err.Error())
+	case err != nil:
+		return 0, s.internal("stage import", err)
+	case n == 0:
+		return 0, huma.Error400BadRequest("the request body is empty: send the zip as the body")
+	}
+	if err := tmp.Sync(); err != nil {
+		return 0, s.internal("stage import", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return 0, s.internal("stage import", err)
+	}
+	if err := os.Rename(tmp.Name(), s.importFile(id)); err != nil {
+		return 0, s.internal("stage import", err)
+	}
+	staged = true
+	if err := syncDir(s.importDir()); err != nil {
+		return 0, s.internal("stage import", err)
+	}
+	return n, nil
+}
+
+// idleReader gives up on a client that stops sending, as the datafeed
+// does (receive.bodyIdleTimeout), and remembers read failures so they can
+// be told from failures to write the staged file.
+type idleReader struct {
+	r    io.Reader
+	rc   *http.ResponseController
+	idle time.Duration
+	err  error
+}
+
+func (b *idleReader) Read(p []byte) (int, error) {
+	if b.idle > 0 {
+		_ = b.rc.SetReadDeadline(time.Now().Add(b.idle)) // unsupported transports keep their own timeouts
+	}
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
+}
+
+// runImport is the import operation's handler.
+func (s *opsAPI) runImport(ctx context.Context, run *operations.Run) (any, error) {
+	var req importRequest
+	if err := run.Decode(&req); err != nil {
+		return nil, err
+	}
+	file := s.importFile(run.Op.ID)
+	// A run before a restart may have committed its streams and stopped
+	// before it recorded the result: they carry this import's receipt id.
+	stored, err := s.Repo.ListStreams(ctx, meta.StreamFilter{ReceiptID: req.ReceiptID, Status: meta.Unlocked})
+	if err != nil {
+		return nil, s.opError(ctx, run, "look for streams of an earlier run", err)
+	}
+	if len(stored) > 0 {
+		s.removeStaged(file)
+		return importResult(req, stored), nil
+	}
+	if _, err := os.Stat(file); errors.Is(err, os.ErrNotExist) {
+		return nil, errors.New("the uploaded zip is no longer staged; upload it again")
+	}
+	run.Progress(0, req.Size)
+	ing, err := s.imp.h.IngestZip(ctx, receive.ZipImport{
+		File: file, ReceiptID: req.ReceiptID, Received: time.UnixMilli(req.ReceivedMs),
+		Identity: &auth.Identity{SubjectID: req.UserID, DisplayName: req.Username},
+		Path:     s.operationLink(run.Op.ID),
+		Progress: func(read int64) { run.Progress(min(read, req.Size), req.Size) },
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		s.removeStaged(file)
+		return nil, fmt.Errorf("the zip was not imported: %w", err)
+	}
+	stored = stored[:0]
+	for _, id := range ing.Streams {
+		st, err := s.Repo.GetStream(ctx, id)
+		if err != nil {
+			return nil, s.opError(ctx, run, "read the imported streams", err)
+		}
+		stored = append(stored, st)
+	}
+	run.Progress(req.Size, req.Size)
+	s.removeStaged(file)
+	return importResult(req, stored), nil
+}
+
+func importResult(req importRequest, streams []meta.Stream) ImportResult {
+	res := ImportResult{Streams: []int64{}, ReceiptID: req.ReceiptID}
+	for _, st := range streams {
+		res.Streams = append(res.Streams, st.ID)
+		res.Parts += st.Parts
+		res.Bytes += st.RawSize
+	}
+	return res
+}
+
+func (s *opsAPI) removeStaged(file string) {
+	if err := os.Remove(file); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.Log.Warn("remove staged import", "file", file, "err", err)
+	}
+}

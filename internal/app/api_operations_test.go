@@ -1,0 +1,564 @@
+package app_test
+
+import (
+	"archive/zip"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/weirhq/weir/internal/access"
+	"github.com/weirhq/weir/internal/app/apptest"
+	"github.com/weirhq/weir/internal/attr"
+	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/streamfile"
+)
+
+// operation is an operation resource as a client reads it.
+type operation struct {
+	ID         string            `json:"id"`
+	Kind       string            `json:"kind"`
+	State      string            `json:"state"`
+	Owner      string            `json:"owner"`
+	Done       int64             `json:"done"`
+	Total      int64             `json:"total"`
+	Result     json.RawMessage   `json:"result"`
+	Error      string            `json:"error"`
+	CreateTime string            `json:"createTime"`
+	FinishTime string            `json:"finishTime"`
+	Links      map[string]string `json:"links"`
+}
+
+type exportResult struct {
+	FileSize int64  `json:"fileSize"`
+	Streams  int    `json:"streams"`
+	Parts    int    `json:"parts"`
+	Skipped  int    `json:"skipped"`
+	Download string `json:"download"`
+}
+
+type importResult struct {
+	Streams   []int64 `json:"streams"`
+	Parts     int     `json:"parts"`
+	Bytes     int64   `json:"bytes"`
+	ReceiptID string  `json:"receiptId"`
+}
+
+var operationPath = regexp.MustCompile(`^/api/operations/[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+// raw sends a request with a binary body (or none) and returns the answer.
+func (c apiClient) raw(method, path string, body []byte, contentType string) apiResp {
+	c.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, c.url+path, rd)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return apiResp{resp.StatusCode, resp.Header, b}
+}
+
+// rawHeader sends a GET with one extra header.
+func (c apiClient) rawHeader(method, path, name, value string) apiResp {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.url+path, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	req.Header.Set(name, value)
+	resp, err := client.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return apiResp{resp.StatusCode, resp.Header, b}
+}
+
+// accepted asserts a 202 with a Location of the operation it describes,
+// and returns that path below /api.
+func accepted(t *testing.T, r apiResp, what string) string {
+	t.Helper()
+	var op operation
+	r.want(t, what, http.StatusAccepted, &op)
+	loc := r.header.Get("Location")
+	if !operationPath.MatchString(loc) || loc != "/api/operations/"+op.ID || op.Links["self"] != loc {
+		t.Fatalf("%s: Location %q for operation %+v", what, loc, op)
+	}
+	// A fast worker may have finished it before the answer was written.
+	if !slices.Contains([]string{"PENDING", "RUNNING", "SUCCEEDED", "FAILED"}, op.State) {
+		t.Fatalf("%s: new operation is %s", what, op.State)
+	}
+	return strings.TrimPrefix(loc, "/api")
+}
+
+// poll reads the operation until it has finished.
+func poll(t *testing.T, c apiClient, path string) operation {
+	t.Helper()
+	var op operation
+	apptest.WaitFor(t, "operation "+path+" to finish", func() bool {
+		op = operation{}
+		c.do("GET", path, "").want(t, "poll operation", 200, &op)
+		return op.FinishTime != ""
+	})
+	if !dateRE.MatchString(op.CreateTime) || !dateRE.MatchString(op.FinishTime) {
+		t.Errorf("operation times %q %q", op.CreateTime, op.FinishTime)
+	}
+	return op
+}
+
+// succeeded polls to the end, asserts SUCCEEDED and decodes the result.
+func succeeded(t *testing.T, c apiClient, path string, result any) operation {
+	t.Helper()
+	op := poll(t, c, path)
+	if op.State != "SUCCEEDED" || op.Error != "" {
+		t.Fatalf("operation %s: %s %q", op.ID, op.State, op.Error)
+	}
+	if op.Total != op.Done {
+		t.Errorf("operation %s finished at %d/%d", op.ID, op.Done, op.Total)
+	}
+	if err := json.Unmarshal(op.Result, result); err != nil {
+		t.Fatalf("result %s: %v", op.Result, err)
+	}
+	return op
+}
+
+// storedPart is one part of a stored stream.
+type storedPart struct {
+	stream int64
+	feed   string
+	typ    string
+	data   []byte
+	ctx    []byte // nil: no context
+	meta   *attr.Map
+}
+
+func storedParts(t *testing.T, s *apptest.Server, st meta.Stream) []storedPart {
+	t.Helper()
+	r, err := s.App.Store().Open(t.Context(), st.ID)
+	if err != nil {
+		t.Fatalf("open stream %d: %v", st.ID, err)
+	}
+	defer r.Close()
+	var out []storedPart
+	for i := range r.Parts() {
+		p := storedPart{stream: st.ID, feed: st.Feed, typ: st.Type, data: s.Read(st.ID, streamfile.Data, i)}
+		if r.Has(streamfile.Context, i) {
+			p.ctx = s.Read(st.ID, streamfile.Context, i)
+		}
+		m, err := attr.ParseMeta(s.Read(st.ID, streamfile.Meta, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.meta = m
+		out = append(out, p)
+	}
+	return out
+}
+
+// hopKeys are the attributes every receipt sets for itself.
+var hopKeys = []string{"ReceiptId", "ReceiptIdPath", "ReceivedTime", "ReceivedTimeHistory", "ReceivedPath"}
+
+// sameParts asserts that the new parts hold exactly the data and context
+// of the originals, in the same feeds and types, with the same attributes
+// apart from the new hop's receipt information, Type (which the export
+// adds to parts whose attributes lacked it), added (attributes of the new
+// request that parts without them take) and overridden (attributes the new
+// hop sets on every part). Parts are matched by data, which is unique in
+// these tests; receipt is the new hop's receipt id.
+func sameParts(t *testing.T, orig, got []storedPart, receipt string, added, overridden attrs) {
+	t.Helper()
+	if len(orig) != len(got) {
+		t.Fatalf("%d parts, want %d", len(got), len(orig))
+	}
+	byData := map[string]storedPart{}
+	for _, p := range got {
+		byData[string(p.data)] = p
+	}
+	for _, o := range orig {
+		g, ok := byData[string(o.data)]
+		if !ok {
+			t.Errorf("part of stream %d (%s) missing", o.stream, trunc(o.data))
+			continue
+		}
+		what := fmt.Sprintf("part of stream %d (now stream %d)", o.stream, g.stream)
+		if g.feed != o.feed || g.typ != o.typ {
+			t.Errorf("%s: %s/%s, want %s/%s", what, g.feed, g.typ, o.feed, o.typ)
+		}
+		if !bytes.Equal(g.ctx, o.ctx) || (g.ctx == nil) != (o.ctx == nil) {
+			t.Errorf("%s: context %q, want %q", what, g.ctx, o.ctx)
+		}
+		want := toAttrs(o.meta).without(hopKeys...)
+		if _, ok := want["Type"]; !ok {
+			want["Type"] = o.typ
+		}
+		for k, v := range added {
+			if _, ok := want[k]; !ok {
+				want[k] = v
+			}
+		}
+		for k, v := range overridden {
+			want[k] = v
+		}
+		wantAttrs(t, what, withoutKeys(g.meta, hopKeys...), want)
+		if p, want := g.meta.Value("ReceiptIdPath"), o.meta.Value("ReceiptIdPath")+","+receipt; p != want {
+			t.Errorf("%s: ReceiptIdPath %q, want %q", what, p, want)
+		}
+		if g.meta.Value("ReceiptId") != receipt || !strings.HasPrefix(g.meta.Value("ReceivedTimeHistory"), o.meta.Value("ReceivedTimeHistory")+",") {
+			t.Errorf("%s: hop %q %q", what, g.meta.Value("ReceiptId"), g.meta.Value("ReceivedTimeHistory"))
+		}
+	}
+}
+
+func withoutKeys(m *attr.Map, keys ...string) *attr.Map {
+	out := m.Clone()
+	for _, k := range keys {
+		out.Delete(k)
+	}
+	return out
+}
+
+// zipEntries lists a zip's entry names and asserts every entry is DEFLATE.
+func zipEntries(t *testing.T, b []byte) []string {
+	t.Helper()
+	zr, err := zip.NewReader(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		t.Fatalf("not a zip: %v", err)
+	}
+	var names []string
+	for _, f := range zr.File {
+		names = append(names, f.Name)
+		if f.Method != zip.Deflate {
+			t.Errorf("entry %s has method %d, want DEFLATE", f.Name, f.Method)
+		}
+	}
+	return names
+}
+
+func partsOfFeeds(t *testing.T, s *apptest.Server, feeds ...string) []storedPart {
+	t.Helper()
+	var out []storedPart
+	for _, st := range s.Streams() {
+		if slices.Contains(feeds, st.Feed) && st.Status == meta.Unlocked {
+			out = append(out, storedParts(t, s, st)...)
+		}
+	}
+	return out
+}
+
+// TestAPIExportRoundTrip exports a selection, downloads the zip and posts it
+// back to /datafeed: the new streams hold the same data, context and
+// attributes. The same zip imported through /api/imports gives the same,
+// with the importer as the uploader.
+func TestAPIExportRoundTrip(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, nil)
+	for _, f := range []string{"FEED-A", "FEED-B", "FEED-HIDDEN"} {
+		s.CreateFeed(f, "", "")
+	}
+	// A plain post (no Type: the feed's default), a gzip post, a zip of
+	// parts of two feeds and types with context and binary data, and data
+	// the exporter may not see.
+	post(t, s, []byte("alpha 1\nalpha 2\n"), "Feed", "FEED-A", "System", "SYS", "Environment", "PROD").ok(t)
+	post(t, s, gz(t, "gzipped beta\n"), "Feed", "FEED-B", "Type", "Raw Reference", "Compression", "GZIP").ok(t)
+	binary := make([]byte, 300<<10)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range binary {
+		binary[i] = byte(rng.IntN(256))
+	}
+	post(t, s, zipOf(t,
+		"x/001.meta", "Feed:FEED-A\nType:Events\nEffectiveTime:2024-01-02T03:04:05.000Z\nCustom:one\n",
+		"x/001.dat", "event data 1\n",
+		"x/001.ctx", "context 1\n",
+		"x/002.meta", "Feed:FEED-B\nCustom:two\n",
+		"x/002.dat", string(binary),
+		"x/003.dat", "",
+		"x/003.ctx", "context of an empty part\n",
+	), "Feed", "FEED-A", "Type", "Events", "Compression", "ZIP", "GUID", "0b4e8f8e-1111-4222-8333-444455556666").ok(t)
+	post(t, s, []byte("hidden\n"), "Feed", "FEED-HIDDEN").ok(t)
+	orig := partsOfFeeds(t, s, "FEED-A", "FEED-B")
+	if len(orig) != 5 {
+		t.Fatalf("%d parts posted, want 5", len(orig))
+	}
+	nOrig := len(s.Streams())
+
+	exporter := user(t, s, "exporter", []string{access.DataExport},
+		map[string]access.Level{"FEED-A": access.View, "FEED-B": access.View})
+	exportLoc := accepted(t, exporter.do("POST", "/exports", `{}`), "export")
+	loc := exportLoc
+	var res exportResult
+	op := succeeded(t, exporter, loc, &res)
+	if op.Kind != "export" || op.Owner != "exporter" || op.Total != 4 {
+		t.Fatalf("export operation %+v", op)
+	}
+	if res.Streams != 4 || res.Parts != 5 || res.Skipped != 0 || res.Download != "/api"+loc+"/download" ||
+		op.Links["download"] != res.Download {
+		t.Fatalf("export result %+v links %v", res, op.Links)
+	}
+	dl := exporter.raw("GET", loc+"/download", nil, "")
+	if dl.status != 200 || dl.header.Get("Content-Type") != "application/zip" || int64(len(dl.body)) != res.FileSize {
+		t.Fatalf("download: %d %q %d bytes, want %d: %s", dl.status, dl.header.Get("Content-Type"), len(dl.body), res.FileSize, trunc(dl.body))
+	}
+	names := zipEntries(t, dl.body)
+	want := []string{"0000000001.meta", "0000000001.dat"} // stream 1: one part, no context
+	want = append(want, "0000000002.meta", "0000000002.dat")
+	want = append(want, "0000000003.meta", "0000000003.ctx", "0000000003.dat", "0000000004.meta", "0000000004.ctx", "0000000004.dat")
+	want = append(want, "0000000005.meta", "0000000005.dat")
+	if !slices.Equal(names, want) {
+		t.Fatalf("entries %v, want %v", names, want)
+	}
+
+	// Posted back to /datafeed: the same data, context and attributes.
+	receipt := post(t, s, dl.body, "Compression", "ZIP").ok(t)
+	var reposted []storedPart
+	for _, st := range s.Streams()[nOrig:] {
+		if st.ReceiptID != receipt {
+			t.Fatalf("stream %d is not from the re-post", st.ID)
+		}
+		reposted = append(reposted, storedParts(t, s, st)...)
+	}
+	// The re-post is a first hop without a GUID header: parts that came
+	// with one get the sender's address, as any such post's parts do.
+	firstHopAddr := attrs{"RemoteAddress": "127.0.0.1", "RemoteHost": "127.0.0.1"}
+	sameParts(t, orig, reposted, receipt, firstHopAddr, nil)
+
+	// The same zip imported through the API.
+	importer := user(t, s, "importer", []string{access.DataImport}, nil)
+	loc = accepted(t, importer.raw("POST", "/imports", dl.body, "application/zip"), "import")
+	var ir importResult
+	op = succeeded(t, importer, loc, &ir)
+	if op.Kind != "import" || op.Total != int64(len(dl.body)) || ir.Parts != 5 || len(ir.Streams) == 0 {
+		t.Fatalf("import %+v result %+v", op, ir)
+	}
+	var imported []storedPart
+	for _, id := range ir.Streams {
+		st, err := s.App.Repo().GetStream(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.ReceiptID != ir.ReceiptID || st.Attributes.Value("UploadUsername") != "Importer" {
+			t.Errorf("imported stream %d: receipt %q attributes %v", id, st.ReceiptID, toAttrs(st.Attributes))
+		}
+		imported = append(imported, storedParts(t, s, st)...)
+	}
+	sameParts(t, orig, imported, ir.ReceiptID, nil, attrs{"UploadUserId": "importer", "UploadUsername": "Importer"})
+	if ir.Bytes != int64(len("alpha 1\nalpha 2\ngzipped beta\nevent data 1\n")+len(binary)) {
+		t.Errorf("import bytes %d", ir.Bytes)
+	}
+
+	// One stream as a zip, at once: the same entries an export writes.
+	var multi meta.Stream
+	for _, st := range s.Streams() {
+		if st.Parts == 2 && st.Feed == "FEED-A" {
+			multi = st
+			break
+		}
+	}
+	one := exporter.raw("GET", fmt.Sprintf("/streams/%d/zip", multi.ID), nil, "")
+	if one.status != 200 || one.header.Get("Content-Type") != "application/zip" {
+		t.Fatalf("stream zip: %d %s", one.status, one.body)
+	}
+	if names := zipEntries(t, one.body); !slices.Equal(names, []string{"0000000001.meta", "0000000001.ctx", "0000000001.dat",
+		"0000000002.meta", "0000000002.ctx", "0000000002.dat"}) {
+		t.Fatalf("stream zip entries %v", names)
+	}
+	receipt = post(t, s, one.body, "Compression", "ZIP").ok(t)
+	var again []storedPart
+	for _, st := range s.Streams() {
+		if st.ReceiptID == receipt {
+			again = append(again, storedParts(t, s, st)...)
+		}
+	}
+	sameParts(t, storedParts(t, s, multi), again, receipt, firstHopAddr, nil)
+
+	// The finished export survives a restart: any node (here the next
+	// server on the same data and database) reports it and serves its zip.
+	s = s.Restart()
+	exporter.url = s.URL + "/api"
+	if op := poll(t, exporter, exportLoc); op.State != "SUCCEEDED" || op.Links["download"] != res.Download {
+		t.Fatalf("export after restart: %+v", op)
+	}
+	if again := exporter.raw("GET", exportLoc+"/download", nil, ""); again.status != 200 || !bytes.Equal(again.body, dl.body) {
+		t.Fatalf("download after restart: %d, %d bytes", again.status, len(again.body))
+	}
+	// Range requests work (large downloads can resume).
+	part := exporter.rawHeader("GET", exportLoc+"/download", "Range", "bytes=10-19")
+	if part.status != http.StatusPartialContent || !bytes.Equal(part.body, dl.body[10:20]) {
+		t.Fatalf("range: %d %q", part.status, part.body)
+	}
+}
+
+// TestAPIOperationsPermissions: exports and imports need their permission,
+// an export is narrowed to the feeds its owner may view, and an operation
+// is visible to its owner and Administrators only (404 for anyone else).
+func TestAPIOperationsPermissions(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, nil)
+	for _, f := range []string{"FEED-A", "FEED-B"} {
+		s.CreateFeed(f, "", "")
+		post(t, s, []byte("data of "+f), "Feed", f).ok(t)
+	}
+	ids := map[string]int64{}
+	for _, st := range s.Streams() {
+		ids[st.Feed] = st.ID
+	}
+	exporter := user(t, s, "exporter", []string{access.DataExport}, map[string]access.Level{"FEED-A": access.View})
+	viewer := user(t, s, "viewer", []string{access.DataView}, map[string]access.Level{"FEED-A": access.View, "FEED-B": access.View})
+	other := user(t, s, "other", []string{access.DataExport, access.DataImport}, map[string]access.Level{"FEED-A": access.View})
+	admin := user(t, s, "root", []string{access.Administrator}, nil)
+
+	viewer.do("POST", "/exports", `{}`).want(t, "export without Data - Export", 403, nil)
+	viewer.raw("POST", "/imports", zipOf(t, "1.dat", "x"), "application/zip").want(t, "import without Data - Import", 403, nil)
+	viewer.raw("GET", fmt.Sprintf("/streams/%d/zip", ids["FEED-A"]), nil, "").want(t, "stream zip without Data - Export", 403, nil)
+	exporter.raw("GET", fmt.Sprintf("/streams/%d/zip", ids["FEED-B"]), nil, "").want(t, "stream zip of an invisible feed", 403, nil)
+	exporter.raw("GET", "/streams/999999/zip", nil, "").want(t, "stream zip of a missing stream", 404, nil)
+	exporter.do("POST", "/exports", `{"status":"DELETED"}`).want(t, "export of deleted streams", 422, nil)
+
+	// Named ids are narrowed too: what the owner may not view is skipped.
+	loc := accepted(t, exporter.do("POST", "/exports", fmt.Sprintf(`{"ids":[%d,%d,999999]}`, ids["FEED-A"], ids["FEED-B"])), "export ids")
+	var res exportResult
+	op := succeeded(t, exporter, loc, &res)
+	if res.Streams != 1 || res.Parts != 1 || res.Skipped != 2 {
+		t.Fatalf("narrowed export %+v", res)
+	}
+	dl := exporter.raw("GET", loc+"/download", nil, "")
+	if dl.status != 200 || !slices.Equal(zipEntries(t, dl.body), []string{"0000000001.meta", "0000000001.dat"}) {
+		t.Fatalf("narrowed download %d", dl.status)
+	}
+	// A feed the owner may not view exports nothing (an empty zip).
+	loc2 := accepted(t, exporter.do("POST", "/exports", `{"feed":"FEED-B"}`), "export of an invisible feed")
+	succeeded(t, exporter, loc2, &res)
+	if res.Streams != 0 || res.Parts != 0 {
+		t.Fatalf("export of an invisible feed %+v", res)
+	}
+	if dl := exporter.raw("GET", loc2+"/download", nil, ""); dl.status != 200 || len(zipEntries(t, dl.body)) != 0 {
+		t.Fatalf("empty download %d %d bytes", dl.status, len(dl.body))
+	}
+
+	// Another user cannot see, cancel or download it; an Administrator
+	// sees it but only its owner downloads it.
+	other.do("GET", loc, "").want(t, "another user's operation", 404, nil)
+	other.do("DELETE", loc, "").want(t, "cancel another user's operation", 404, nil)
+	other.raw("GET", loc+"/download", nil, "").want(t, "download another user's export", 404, nil)
+	other.do("GET", "/operations?owner=exporter", "").want(t, "list another user's operations", 403, nil)
+	other.do("GET", "/operations/not-an-id", "").want(t, "missing operation", 404, nil)
+	var got operation
+	admin.do("GET", loc, "").want(t, "administrator reads", 200, &got)
+	if got.ID != op.ID || got.Owner != "exporter" {
+		t.Fatalf("administrator sees %+v", got)
+	}
+	admin.raw("GET", loc+"/download", nil, "").want(t, "administrator downloads another's export", 403, nil)
+	exporter.do("DELETE", loc, "").want(t, "cancel a finished operation", 409, nil)
+
+	var list struct {
+		Operations []operation `json:"operations"`
+	}
+	other.do("GET", "/operations", "").want(t, "other lists", 200, &list)
+	if len(list.Operations) != 0 {
+		t.Fatalf("other lists %+v", list.Operations)
+	}
+	exporter.do("GET", "/operations", "").want(t, "owner lists", 200, &list)
+	if len(list.Operations) != 2 || list.Operations[0].ID != strings.TrimPrefix(loc2, "/operations/") || list.Operations[1].ID != op.ID {
+		t.Fatalf("owner lists %+v", list.Operations)
+	}
+	admin.do("GET", "/operations?kind=export&state=SUCCEEDED", "").want(t, "administrator lists", 200, &list)
+	if len(list.Operations) != 2 {
+		t.Fatalf("administrator lists %+v", list.Operations)
+	}
+
+	// An import has no download.
+	iloc := accepted(t, other.raw("POST", "/imports", zipOf(t, "1.meta", "Feed:FEED-A\n", "1.dat", "imported"), "application/zip"), "import")
+	var ir importResult
+	succeeded(t, other, iloc, &ir)
+	if len(ir.Streams) != 1 || ir.Parts != 1 {
+		t.Fatalf("import %+v", ir)
+	}
+	other.raw("GET", iloc+"/download", nil, "").want(t, "download of an import", 404, nil)
+	if got := s.Read(ir.Streams[0], streamfile.Data, 0); string(got) != "imported" {
+		t.Fatalf("imported data %q", got)
+	}
+}
+
+// TestAPIImportFailures: a bad zip, or one a post would be refused for,
+// fails its operation with the post's message; the body is bounded.
+func TestAPIImportFailures(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, func(c *config.Config) { c.Receive.MaxRequestSize = 64 << 10 })
+	s.CreateFeed("FEED-A", "", "")
+	imp := user(t, s, "importer", []string{access.DataImport}, nil)
+	for _, tc := range []struct {
+		what string
+		body []byte
+		want []string
+	}{
+		{"not a zip", []byte(strings.Repeat("this is not a zip file. ", 10)), []string{"Compressed stream invalid", "not a valid zip"}},
+		{"unknown feed", zipOf(t, "1.meta", "Feed:NO-SUCH-FEED\n", "1.dat", "x"), []string{"Feed is not set to receive data", `feed "NO-SUCH-FEED" does not exist`}},
+		{"no feed", zipOf(t, "1.dat", "x"), []string{"Feed must be specified", `part "1"`}},
+		{"bad type", zipOf(t, "1.meta", "Feed:FEED-A\nType:Nonsense\n", "1.dat", "x"), []string{"Data type is invalid"}},
+		{"escaping name", zipOf(t, "../1.dat", "x"), []string{"escapes the archive root"}},
+		{"expands too far", zipOf(t, "1.meta", "Feed:FEED-A\n", "1.dat", strings.Repeat("z", 100<<10)), []string{"Maximum request size exceeded"}},
+	} {
+		loc := accepted(t, imp.raw("POST", "/imports", tc.body, "application/zip"), tc.what)
+		op := poll(t, imp, loc)
+		if op.State != "FAILED" {
+			t.Errorf("%s: %s", tc.what, op.State)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(op.Error, w) {
+				t.Errorf("%s: error %q does not say %q", tc.what, op.Error, w)
+			}
+		}
+	}
+	if n := len(s.Streams()); n != 0 {
+		t.Fatalf("%d streams stored by failed imports", n)
+	}
+	imp.raw("POST", "/imports", nil, "application/zip").want(t, "empty body", 400, nil)
+	imp.raw("POST", "/imports", make([]byte, 65<<10), "application/zip").want(t, "too large", 413, nil)
+	// Without a Content-Length the limit applies while the body is read.
+	req, err := http.NewRequest("POST", imp.url+"/imports", io.MultiReader(bytes.NewReader(make([]byte, 65<<10))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+imp.key)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 413 || req.ContentLength != 0 {
+		t.Fatalf("chunked too large: %d (content length %d)", resp.StatusCode, req.ContentLength)
+	}
+	// Nothing is left staged.
+	entries, err := os.ReadDir(filepath.Join(s.Cfg.Data, "imports"))
+	if err != nil || len(entries) != 0 {
+		t.Fatalf("staged files left: %v %v", entries, err)
+	}
+}

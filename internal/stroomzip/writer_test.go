@@ -1,0 +1,180 @@
+package stroomzip
+
+import (
+	"archive/zip"
+	"bytes"
+	"compress/flate"
+	"encoding/binary"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPartName(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		k    Kind
+		want string
+	}{{1, Meta, "0000000001.meta"}, {1, Data, "0000000001.dat"}, {12, Context, "0000000012.ctx"}, {3, Manifest, "0000000003.mf"}} {
+		if got := PartName(tc.n, tc.k); got != tc.want {
+			t.Errorf("PartName(%d, %s) = %q, want %q", tc.n, tc.k, got, tc.want)
+		}
+	}
+}
+
+// TestWriterRoundTrip writes parts with and without context and meta and
+// reads them back twice: as a random-access zip (as weir's receiver reads
+// posts) and as a stream of local entries (as the reference system does).
+func TestWriterRoundTrip(t *testing.T) {
+	big := make([]byte, 3<<20)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range big {
+		big[i] = byte('a' + rng.IntN(4)) // compressible, but not trivially
+	}
+	mod := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
+	parts := []struct{ meta, ctx, data []byte }{
+		{[]byte("Feed:FEED-A\nType:Raw Events\n"), []byte("context 1"), []byte("data 1\n")},
+		{[]byte("Feed:FEED-B\n"), nil, big},
+		{nil, nil, nil}, // data only, empty
+	}
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	for i, p := range parts {
+		part := Part{Modified: mod}
+		if p.meta != nil {
+			part.Meta = bytes.NewReader(p.meta)
+		}
+		if p.ctx != nil {
+			part.Context = bytes.NewReader(p.ctx)
+		}
+		if p.data != nil {
+			part.Data = bytes.NewReader(p.data)
+		}
+		n, err := w.WritePart(part)
+		if err != nil || n != i+1 {
+			t.Fatalf("WritePart %d: %d %v", i, n, err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if w.Parts() != 3 || w.Bytes() != int64(len("Feed:FEED-A\nType:Raw Events\ncontext 1data 1\nFeed:FEED-B\n")+len(big)) {
+		t.Fatalf("Parts %d Bytes %d", w.Parts(), w.Bytes())
+	}
+	wantNames := []string{"0000000001.meta", "0000000001.ctx", "0000000001.dat", "0000000002.meta", "0000000002.dat", "0000000003.dat"}
+	want := map[string][]byte{
+		"0000000001.meta": parts[0].meta, "0000000001.ctx": parts[0].ctx, "0000000001.dat": parts[0].data,
+		"0000000002.meta": parts[1].meta, "0000000002.dat": big, "0000000003.dat": {},
+	}
+
+	zr, err := zip.NewReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range zr.File {
+		names = append(names, f.Name)
+		if f.Method != zip.Deflate {
+			t.Errorf("%s: method %d, want DEFLATE", f.Name, f.Method)
+		}
+		if !f.Modified.Equal(mod) {
+			t.Errorf("%s: modified %v", f.Name, f.Modified)
+		}
+		rc, err := f.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", f.Name, err)
+		}
+		if !bytes.Equal(b, want[f.Name]) {
+			t.Errorf("%s: %d bytes differ from the %d written", f.Name, len(b), len(want[f.Name]))
+		}
+	}
+	if !slices.Equal(names, wantNames) {
+		t.Fatalf("entries %v, want %v", names, wantNames)
+	}
+	groups, err := Groups(names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(groups) != 3 {
+		t.Fatalf("%d groups", len(groups))
+	}
+	for i, g := range groups {
+		if g.Base != strings.TrimSuffix(PartName(i+1, Data), ".dat") || g.Entry(Data) < 0 || g.Entry(Manifest) >= 0 {
+			t.Errorf("group %d: %+v", i, g)
+		}
+	}
+	if groups[0].Entry(Context) < 0 || groups[1].Entry(Context) >= 0 || groups[2].Entry(Meta) >= 0 {
+		t.Errorf("groups %+v", groups)
+	}
+
+	streamed := streamEntries(t, buf.Bytes())
+	if len(streamed) != len(wantNames) {
+		t.Fatalf("streamed %d entries", len(streamed))
+	}
+	for i, e := range streamed {
+		if e.name != wantNames[i] || !bytes.Equal(e.data, want[e.name]) {
+			t.Errorf("streamed entry %d: %s (%d bytes)", i, e.name, len(e.data))
+		}
+	}
+}
+
+type entry struct {
+	name string
+	data []byte
+}
+
+// streamEntries reads a zip front to back from its local headers only, as
+// a streaming reader (java.util.zip.ZipInputStream) does: every entry must
+// be DEFLATE, since the end of an entry whose sizes come after it can only
+// be found by decompressing it.
+func streamEntries(t *testing.T, b []byte) []entry {
+	t.Helper()
+	r := bytes.NewReader(b)
+	var out []entry
+	for {
+		var h [30]byte
+		if _, err := io.ReadFull(r, h[:]); err != nil {
+			t.Fatalf("local header: %v", err)
+		}
+		if sig := binary.LittleEndian.Uint32(h[:]); sig != 0x04034b50 {
+			if sig != 0x02014b50 { // the central directory follows the last entry
+				t.Fatalf("signature %#x where an entry or the directory should start", sig)
+			}
+			return out
+		}
+		flags := binary.LittleEndian.Uint16(h[6:])
+		method := binary.LittleEndian.Uint16(h[8:])
+		nameLen, extraLen := binary.LittleEndian.Uint16(h[26:]), binary.LittleEndian.Uint16(h[28:])
+		name := make([]byte, nameLen)
+		if _, err := io.ReadFull(r, name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Seek(int64(extraLen), io.SeekCurrent); err != nil {
+			t.Fatal(err)
+		}
+		if method != zip.Deflate {
+			t.Fatalf("%s: method %d: a streaming reader cannot read it", name, method)
+		}
+		// bytes.Reader is an io.ByteReader, so flate reads exactly the
+		// deflate stream and no further.
+		data, err := io.ReadAll(flate.NewReader(r))
+		if err != nil {
+			t.Fatalf("%s: inflate: %v", name, err)
+		}
+		if flags&0x8 != 0 {
+			var dd [16]byte // signature, crc32, 32-bit sizes (no zip64 entries here)
+			if _, err := io.ReadFull(r, dd[:]); err != nil || binary.LittleEndian.Uint32(dd[:]) != 0x08074b50 {
+				t.Fatalf("%s: data descriptor: %v", name, err)
+			}
+		}
+		out = append(out, entry{string(name), data})
+	}
+}
