@@ -8,10 +8,12 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -50,6 +52,7 @@ type Deps struct {
 
 type server struct {
 	Deps
+	slots   chan struct{} // bounds API requests in flight
 	api     huma.API
 	closers []func() // background work started by the API, stopped by Close
 }
@@ -85,9 +88,9 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 	}
 	cfg.DocsPath = "" // no docs page: it would load scripts from the internet
 	cfg.Servers = []*huma.Server{{URL: d.BasePath + "/api"}}
-	s := &server{Deps: d}
+	s := &server{Deps: d, slots: make(chan struct{}, max(d.Config.API.MaxConcurrentRequests, 1))}
 	s.api = humago.NewWithPrefix(mux, "/api", cfg)
-	s.api.UseMiddleware(s.authenticate)
+	s.api.UseMiddleware(s.limit, s.authenticate)
 	s.registerAccount()
 	s.registerFeeds()
 	s.registerStreams()
@@ -105,6 +108,21 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 		mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/api/"+doc, nil))
 	}
 	return &Server{s}, nil
+}
+
+// limit answers 503 with Retry-After when api.maxConcurrentRequests calls
+// are already running, rather than queueing without bound.
+func (s *server) limit(ctx huma.Context, next func(huma.Context)) {
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+		next(ctx)
+	default:
+		retry := max(int(s.Config.API.RetryAfter.D().Seconds()), 1)
+		ctx.SetHeader("Retry-After", strconv.Itoa(retry))
+		_ = huma.WriteErr(s.api, ctx, http.StatusServiceUnavailable,
+			fmt.Sprintf("more than %d API calls are running; retry after %d s", cap(s.slots), retry))
+	}
 }
 
 // secured marks an operation as needing a caller.

@@ -29,6 +29,13 @@ type Config struct {
 	Store    Store    `yaml:"store"`
 	TLS      TLS      `yaml:"tls"`
 	Security Security `yaml:"security"`
+	API      API      `yaml:"api"`
+}
+
+// API configures the REST API.
+type API struct {
+	MaxConcurrentRequests int      `yaml:"maxConcurrentRequests"` // more at once get 503 with Retry-After
+	RetryAfter            Duration `yaml:"retryAfter"`
 }
 
 // TLS makes weir serve HTTPS, optionally with client certificates (mutual TLS).
@@ -156,6 +163,7 @@ func Default() Config {
 		},
 		Store: Store{BlockSize: 256 << 10},
 		TLS:   TLS{ClientAuth: "request"},
+		API:   API{MaxConcurrentRequests: 64, RetryAfter: Duration(time.Second)},
 		Security: Security{
 			OIDC:    OIDC{UniqueIdentityClaim: "sub", UsernameClaim: "preferred_username"},
 			APIKeys: APIKeys{MaxExpiry: Duration(365 * 24 * time.Hour)},
@@ -244,6 +252,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TLS.ClientAuth == "require" && c.TLS.ClientCAFile == "" {
 		add("tls.clientAuth: require needs tls.clientCAFile")
+	}
+	if c.API.MaxConcurrentRequests < 1 {
+		add("api.maxConcurrentRequests: must be at least 1")
 	}
 	if c.Security.APIKeys.MaxExpiry <= 0 {
 		add("security.apiKeys.maxExpiry: must be positive")
