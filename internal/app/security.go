@@ -56,8 +56,14 @@ func newSecurity(ctx context.Context, cfg config.Config, repo *meta.Repo, log *s
 		return nil, fmt.Errorf("security.oidc: %w", err)
 	}
 	dir := r.DataFeedIdentitiesDir
-	if dir != "" && !filepath.IsAbs(dir) {
-		dir = filepath.Join(cfg.Data, dir)
+	if dir != "" {
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(cfg.Data, dir)
+		}
+		// The data directory may be relative (the default is ./weir-data).
+		if dir, err = filepath.Abs(dir); err != nil {
+			return nil, fmt.Errorf("receive.dataFeedIdentitiesDir: %w", err)
+		}
 	}
 	if s.keys, err = datafeedkey.Open(ctx, datafeedkey.Options{
 		Dir: dir, OwnerHeader: r.DataFeedOwnerMetaKey, CacheTTL: r.DataFeedKeyCacheTTL.D(), Repo: repo, Logger: log,
