@@ -190,20 +190,8 @@ func (r *Repo) ListUsers(ctx context.Context) ([]User, error) {
 }
 
 func (r *Repo) queryUsers(ctx context.Context, what, query string, args ...any) ([]User, error) {
-	rows, err := r.db.QueryContext(ctx, query, args...)
+	us, err := queryAll(ctx, r.db, scanUser, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	defer rows.Close()
-	var us []User
-	for rows.Next() {
-		u, err := scanUser(rows)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
-		}
-		us = append(us, u)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return us, nil
@@ -553,31 +541,15 @@ func (r *Repo) APIKeyByHash(ctx context.Context, hash string) (APIKey, User, err
 // ListAPIKeys returns the keys of the named owner, or of everyone when owner
 // is "", ordered by id. An owner that does not exist wraps ErrNotFound.
 func (r *Repo) ListAPIKeys(ctx context.Context, owner string) ([]APIKey, error) {
-	var (
-		rows *sql.Rows
-		err  error
-	)
-	if owner == "" {
-		rows, err = r.db.QueryContext(ctx, apiKeySelect+` ORDER BY k.id`)
-	} else {
+	q, args := apiKeySelect+` ORDER BY k.id`, []any(nil)
+	if owner != "" {
 		if _, err := r.GetUser(ctx, owner); err != nil {
 			return nil, fmt.Errorf("list api keys: %w", err)
 		}
-		rows, err = r.db.QueryContext(ctx, apiKeySelect+` WHERE u.name = $1 ORDER BY k.id`, owner)
+		q, args = apiKeySelect+` WHERE u.name = $1 ORDER BY k.id`, []any{owner}
 	}
+	ks, err := queryAll(ctx, r.db, scanAPIKey, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("list api keys: %w", err)
-	}
-	defer rows.Close()
-	var ks []APIKey
-	for rows.Next() {
-		k, err := scanAPIKey(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list api keys: %w", err)
-		}
-		ks = append(ks, k)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list api keys: %w", err)
 	}
 	return ks, nil

@@ -147,20 +147,7 @@ func (r *Repo) RevokeDataFeedKey(ctx context.Context, id int64) error {
 }
 
 func (r *Repo) queryDataFeedKeys(ctx context.Context, q string, args ...any) ([]DataFeedKey, error) {
-	rows, err := r.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ks []DataFeedKey
-	for rows.Next() {
-		k, err := scanDataFeedKey(rows)
-		if err != nil {
-			return nil, err
-		}
-		ks = append(ks, k)
-	}
-	return ks, rows.Err()
+	return queryAll(ctx, r.db, scanDataFeedKey, q, args...)
 }
 
 func scanDataFeedKey(s rowScanner) (DataFeedKey, error) {

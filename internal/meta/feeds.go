@@ -97,20 +97,8 @@ func (r *Repo) GetFeed(ctx context.Context, name string) (feed.Feed, error) {
 
 // ListFeeds returns all feeds ordered by name (byte-wise on both engines).
 func (r *Repo) ListFeeds(ctx context.Context) ([]feed.Feed, error) {
-	rows, err := r.db.QueryContext(ctx, `SELECT `+feedColumns+` FROM feeds ORDER BY name`)
+	fs, err := queryAll(ctx, r.db, scanFeed, `SELECT `+feedColumns+` FROM feeds ORDER BY name`)
 	if err != nil {
-		return nil, fmt.Errorf("list feeds: %w", err)
-	}
-	defer rows.Close()
-	var fs []feed.Feed
-	for rows.Next() {
-		f, err := scanFeed(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list feeds: %w", err)
-		}
-		fs = append(fs, f)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list feeds: %w", err)
 	}
 	return fs, nil

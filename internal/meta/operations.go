@@ -161,20 +161,7 @@ func (r *Repo) ListOperations(ctx context.Context, f OperationFilter) ([]Operati
 }
 
 func (r *Repo) queryOperations(ctx context.Context, q string, args ...any) ([]Operation, error) {
-	rows, err := r.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ops []Operation
-	for rows.Next() {
-		op, err := scanOperation(rows)
-		if err != nil {
-			return nil, err
-		}
-		ops = append(ops, op)
-	}
-	return ops, rows.Err()
+	return queryAll(ctx, r.db, scanOperation, q, args...)
 }
 
 // claimCandidates bounds how many claimable rows one ClaimOperation looks

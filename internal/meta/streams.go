@@ -288,20 +288,7 @@ func (r *Repo) LockedStreams(ctx context.Context, node string) ([]Stream, error)
 }
 
 func (r *Repo) queryStreams(ctx context.Context, q string, args ...any) ([]Stream, error) {
-	rows, err := r.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ss []Stream
-	for rows.Next() {
-		s, err := scanStream(rows)
-		if err != nil {
-			return nil, err
-		}
-		ss = append(ss, s)
-	}
-	return ss, rows.Err()
+	return queryAll(ctx, r.db, scanStream, q, args...)
 }
 
 func scanStream(s rowScanner) (Stream, error) {

@@ -44,20 +44,8 @@ func (r *Repo) GetVersionedUser(ctx context.Context, name string) (VersionedUser
 // ListVersionedUsers returns every user and group with its version, ordered
 // by name (byte-wise on both engines).
 func (r *Repo) ListVersionedUsers(ctx context.Context) ([]VersionedUser, error) {
-	rows, err := r.db.QueryContext(ctx, `SELECT `+versionedUserColumns+` FROM users ORDER BY name`)
+	us, err := queryAll(ctx, r.db, scanVersionedUser, `SELECT `+versionedUserColumns+` FROM users ORDER BY name`)
 	if err != nil {
-		return nil, fmt.Errorf("list users: %w", err)
-	}
-	defer rows.Close()
-	var us []VersionedUser
-	for rows.Next() {
-		u, err := scanVersionedUser(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list users: %w", err)
-		}
-		us = append(us, u)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list users: %w", err)
 	}
 	return us, nil
