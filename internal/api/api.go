@@ -48,6 +48,9 @@ type Deps struct {
 	Config    config.Config
 	// Receiver is the datafeed handler; imports store through it.
 	Receiver *receive.Handler
+	// Ready and Metrics serve /readyz and /metrics beside /api; the API
+	// registers them (and /healthz) so that they are documented too.
+	Ready, Metrics http.Handler
 }
 
 type server struct {
@@ -97,6 +100,7 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 	s.registerAPIKeys()
 	s.registerAdmin()
 	s.registerService()
+	s.registerOperational(mux)
 	if err := s.registerOperations(); err != nil {
 		(&Server{s}).Close()
 		return nil, err

@@ -443,6 +443,9 @@ var undocumentedAPI = []string{
 
 // TestRoutesDocumented checks that every route registered on the mux is
 // documented and that every documented operation reaches its own route.
+// operational are the health and metrics routes served beside /api.
+var operational = []string{"/healthz", "/readyz", "/metrics"}
+
 // It builds the API as app.New does, on a mux it can inspect.
 func TestRoutesDocumented(t *testing.T) {
 	t.Parallel()
@@ -462,7 +465,7 @@ func TestRoutesDocumented(t *testing.T) {
 	h.Register(mux)
 	srv, err := api.Register(mux, api.Deps{Repo: st.Repo, Store: st.Store, Access: access.New(st.Repo, 0, nil),
 		FeedNames: cfg.FeedNameRegexp(), Log: log, Version: app.Version(), Node: cfg.Node, DataDir: cfg.Data, Config: cfg,
-		Receiver: h})
+		Receiver: h, Ready: http.NotFoundHandler(), Metrics: http.NotFoundHandler()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,6 +500,10 @@ func TestRoutesDocumented(t *testing.T) {
 			if item == nil || operations(item)[method] == nil {
 				t.Errorf("route %s is served but not documented (a hidden operation, or a handler registered around huma)", p)
 			}
+		case slices.Contains(operational, path):
+			if item := spec.Paths[path]; item == nil || operations(item)[method] == nil || len(item.Servers) == 0 {
+				t.Errorf("route %s is served beside /api but not documented with its own server", p)
+			}
 		case slices.Contains(receive.Paths, strings.TrimSuffix(path, "/")):
 			if operations(datafeed)[method] == nil {
 				t.Errorf("route %s: /datafeed does not document %s", p, method)
@@ -513,7 +520,7 @@ func TestRoutesDocumented(t *testing.T) {
 	for path, item := range spec.Paths {
 		for method := range operations(item) {
 			want := method + " /api" + path
-			if path == "/datafeed" {
+			if path == "/datafeed" || slices.Contains(operational, path) {
 				want = method + " " + path
 			}
 			r := httptest.NewRequest(method, strings.SplitN(want, " ", 2)[1], nil)

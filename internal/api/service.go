@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"runtime"
@@ -74,6 +75,47 @@ func (s *server) registerService() {
 	})
 
 	addDatafeed(s.api.OpenAPI(), s.BasePath)
+	addOperational(s.api.OpenAPI(), s.BasePath)
+}
+
+// registerOperational serves the health and metrics endpoints beside /api.
+func (s *server) registerOperational(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	if s.Ready != nil {
+		mux.Handle("GET /readyz", s.Ready)
+	}
+	if s.Metrics != nil {
+		mux.Handle("GET /metrics", s.Metrics)
+	}
+}
+
+// addOperational documents the health and metrics endpoints, which the app
+// serves beside /api (for load balancers and Prometheus), so that every
+// route the service answers is in the document.
+func addOperational(oapi *huma.OpenAPI, basePath string) {
+	root := basePath
+	if root == "" {
+		root = "/"
+	}
+	text := func(id, path, summary, description string, codes ...int) {
+		responses := map[string]*huma.Response{}
+		for _, code := range codes {
+			responses[strconv.Itoa(code)] = &huma.Response{Description: http.StatusText(code),
+				Content: map[string]*huma.MediaType{"text/plain": {Schema: &huma.Schema{Type: "string"}}}}
+		}
+		oapi.Paths[path] = &huma.PathItem{
+			Servers: []*huma.Server{{URL: root, Description: "The service root (the deployment base path), not /api."}},
+			Get: &huma.Operation{OperationID: id, Method: http.MethodGet, Path: path, Tags: []string{"Service"},
+				Summary: summary, Description: description, Responses: responses},
+		}
+	}
+	text("get-healthz", "/healthz", "Liveness", "200 while the process runs. Needs no credentials.", http.StatusOK)
+	text("get-readyz", "/readyz", "Readiness",
+		"200 when the metadata database answers and the data volume has space; 503 with the reason otherwise and while "+
+			"shutting down. Needs no credentials.", http.StatusOK, http.StatusServiceUnavailable)
+	text("get-metrics", "/metrics", "Prometheus metrics",
+		"Metrics in the Prometheus text format (receipts by feed and outcome, bytes, latency, group commit batch sizes). "+
+			"Needs no credentials.", http.StatusOK)
 }
 
 // datafeedScheme is the security scheme of senders' data feed keys; it is

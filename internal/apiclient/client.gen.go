@@ -1915,6 +1915,13 @@ type ClientInterface interface {
 	// Corresponds with PUT /groups/{group}/members/{member} (the `AddGroupMember` operationId).
 	AddGroupMember(ctx context.Context, group string, member string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetHealthz Liveness
+	//
+	// 200 while the process runs. Needs no credentials.
+	//
+	// Corresponds with GET /healthz (the `GetHealthz` operationId).
+	GetHealthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ImportStreamsWithBody Import a zip of streams
 	//
 	// Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. Needs Data - Import.
@@ -1923,6 +1930,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /imports (the `ImportStreams` operationId).
 	ImportStreamsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetMetrics Prometheus metrics
+	//
+	// Metrics in the Prometheus text format (receipts by feed and outcome, bytes, latency, group commit batch sizes). Needs no credentials.
+	//
+	// Corresponds with GET /metrics (the `GetMetrics` operationId).
+	GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetNode Node status
 	//
@@ -1958,6 +1972,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /operations/{id}/download (the `DownloadExport` operationId).
 	DownloadExport(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetReadyz Readiness
+	//
+	// 200 when the metadata database answers and the data volume has space; 503 with the reason otherwise and while shutting down. Needs no credentials.
+	//
+	// Corresponds with GET /readyz (the `GetReadyz` operationId).
+	GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListStreams List streams
 	//
@@ -2670,6 +2691,23 @@ func (c *Client) AddGroupMember(ctx context.Context, group string, member string
 	return c.Client.Do(req)
 }
 
+// GetHealthz Liveness
+//
+// 200 while the process runs. Needs no credentials.
+//
+// Corresponds with GET /healthz (the `GetHealthz` operationId).
+func (c *Client) GetHealthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetHealthzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ImportStreamsWithBody Import a zip of streams
 //
 // Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. Needs Data - Import.
@@ -2679,6 +2717,23 @@ func (c *Client) AddGroupMember(ctx context.Context, group string, member string
 // Corresponds with POST /imports (the `ImportStreams` operationId).
 func (c *Client) ImportStreamsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewImportStreamsRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetMetrics Prometheus metrics
+//
+// Metrics in the Prometheus text format (receipts by feed and outcome, bytes, latency, group commit batch sizes). Needs no credentials.
+//
+// Corresponds with GET /metrics (the `GetMetrics` operationId).
+func (c *Client) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetMetricsRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -2764,6 +2819,23 @@ func (c *Client) GetOperation(ctx context.Context, id string, reqEditors ...Requ
 // Corresponds with GET /operations/{id}/download (the `DownloadExport` operationId).
 func (c *Client) DownloadExport(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDownloadExportRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetReadyz Readiness
+//
+// 200 when the metadata database answers and the data volume has space; 503 with the reason otherwise and while shutting down. Needs no credentials.
+//
+// Corresponds with GET /readyz (the `GetReadyz` operationId).
+func (c *Client) GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetReadyzRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -4429,6 +4501,33 @@ func NewAddGroupMemberRequest(server string, group string, member string) (*http
 	return req, nil
 }
 
+// NewGetHealthzRequest constructs an http.Request for the GetHealthz method
+func NewGetHealthzRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/healthz")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewImportStreamsRequestWithBody constructs an http.Request for the ImportStreams method, with any body, and a specified content type
 func NewImportStreamsRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
@@ -4454,6 +4553,33 @@ func NewImportStreamsRequestWithBody(server string, contentType string, body io.
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetMetricsRequest constructs an http.Request for the GetMetrics method
+func NewGetMetricsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/metrics")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -4660,6 +4786,33 @@ func NewDownloadExportRequest(server string, id string) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/operations/%s/download", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetReadyzRequest constructs an http.Request for the GetReadyz method
+func NewGetReadyzRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/readyz")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -5925,6 +6078,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PUT /groups/{group}/members/{member} (the `AddGroupMember` operationId).
 	AddGroupMemberWithResponse(ctx context.Context, group string, member string, reqEditors ...RequestEditorFn) (*AddGroupMemberResponse, error)
 
+	// GetHealthzWithResponse Liveness
+	//
+	// 200 while the process runs. Needs no credentials.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /healthz (the `GetHealthz` operationId).
+	GetHealthzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetHealthzResponse, error)
+
 	// ImportStreamsWithBodyWithResponse Import a zip of streams
 	//
 	// Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. Needs Data - Import.
@@ -5933,6 +6095,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /imports (the `ImportStreams` operationId).
 	ImportStreamsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ImportStreamsResponse, error)
+
+	// GetMetricsWithResponse Prometheus metrics
+	//
+	// Metrics in the Prometheus text format (receipts by feed and outcome, bytes, latency, group commit batch sizes). Needs no credentials.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /metrics (the `GetMetrics` operationId).
+	GetMetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMetricsResponse, error)
 
 	// GetNodeWithResponse Node status
 	//
@@ -5978,6 +6149,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /operations/{id}/download (the `DownloadExport` operationId).
 	DownloadExportWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DownloadExportResponse, error)
+
+	// GetReadyzWithResponse Readiness
+	//
+	// 200 when the metadata database answers and the data volume has space; 503 with the reason otherwise and while shutting down. Needs no credentials.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /readyz (the `GetReadyz` operationId).
+	GetReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadyzResponse, error)
 
 	// ListStreamsWithResponse List streams
 	//
@@ -7657,6 +7837,40 @@ func (r AddGroupMemberResponse) ContentType() string {
 	return ""
 }
 
+type GetHealthzResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r GetHealthzResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetHealthzResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetHealthzResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetHealthzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ImportStreamsResponse202Headers the declared response headers of an HTTP 202 response for ImportStreams
 type ImportStreamsResponse202Headers struct {
 	Location *string
@@ -7734,6 +7948,40 @@ func (r ImportStreamsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ImportStreamsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetMetricsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r GetMetricsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetMetricsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetMetricsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetMetricsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -8100,6 +8348,40 @@ func (r DownloadExportResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r DownloadExportResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetReadyzResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r GetReadyzResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetReadyzResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetReadyzResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetReadyzResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9959,6 +10241,21 @@ func (c *ClientWithResponses) AddGroupMemberWithResponse(ctx context.Context, gr
 	return ParseAddGroupMemberResponse(rsp)
 }
 
+// GetHealthzWithResponse Liveness
+//
+// 200 while the process runs. Needs no credentials.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /healthz (the `GetHealthz` operationId).
+func (c *ClientWithResponses) GetHealthzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetHealthzResponse, error) {
+	rsp, err := c.GetHealthz(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetHealthzResponse(rsp)
+}
+
 // ImportStreamsWithBodyWithResponse Import a zip of streams
 //
 // Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. Needs Data - Import.
@@ -9972,6 +10269,21 @@ func (c *ClientWithResponses) ImportStreamsWithBodyWithResponse(ctx context.Cont
 		return nil, err
 	}
 	return ParseImportStreamsResponse(rsp)
+}
+
+// GetMetricsWithResponse Prometheus metrics
+//
+// Metrics in the Prometheus text format (receipts by feed and outcome, bytes, latency, group commit batch sizes). Needs no credentials.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /metrics (the `GetMetrics` operationId).
+func (c *ClientWithResponses) GetMetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMetricsResponse, error) {
+	rsp, err := c.GetMetrics(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetMetricsResponse(rsp)
 }
 
 // GetNodeWithResponse Node status
@@ -10047,6 +10359,21 @@ func (c *ClientWithResponses) DownloadExportWithResponse(ctx context.Context, id
 		return nil, err
 	}
 	return ParseDownloadExportResponse(rsp)
+}
+
+// GetReadyzWithResponse Readiness
+//
+// 200 when the metadata database answers and the data volume has space; 503 with the reason otherwise and while shutting down. Needs no credentials.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /readyz (the `GetReadyz` operationId).
+func (c *ClientWithResponses) GetReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadyzResponse, error) {
+	rsp, err := c.GetReadyz(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetReadyzResponse(rsp)
 }
 
 // ListStreamsWithResponse List streams
@@ -11843,6 +12170,22 @@ func ParseAddGroupMemberResponse(rsp *http.Response) (*AddGroupMemberResponse, e
 	return response, nil
 }
 
+// ParseGetHealthzResponse parses an HTTP response from a GetHealthzWithResponse call
+func ParseGetHealthzResponse(rsp *http.Response) (*GetHealthzResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetHealthzResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
 // ParseImportStreamsResponse parses an HTTP response from a ImportStreamsWithResponse call
 func ParseImportStreamsResponse(rsp *http.Response) (*ImportStreamsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -11912,6 +12255,22 @@ func ParseImportStreamsResponse(rsp *http.Response) (*ImportStreamsResponse, err
 			headers.Location = &value
 		}
 		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetMetricsResponse parses an HTTP response from a GetMetricsWithResponse call
+func ParseGetMetricsResponse(rsp *http.Response) (*GetMetricsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetMetricsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
 	}
 
 	return response, nil
@@ -12203,6 +12562,22 @@ func ParseDownloadExportResponse(rsp *http.Response) (*DownloadExportResponse, e
 		}
 		response.ApplicationproblemJSON500 = &dest
 
+	}
+
+	return response, nil
+}
+
+// ParseGetReadyzResponse parses an HTTP response from a GetReadyzWithResponse call
+func ParseGetReadyzResponse(rsp *http.Response) (*GetReadyzResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetReadyzResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
 	}
 
 	return response, nil

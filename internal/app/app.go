@@ -188,12 +188,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	}
 	if a.api, err = api.Register(mux, api.Deps{Repo: a.repo, Store: a.store, Access: a.sec.access, Tokens: tokens,
 		FeedNames: cfg.FeedNameRegexp(), Log: log.With("log", "api"), Version: Version(), BasePath: cfg.BasePath,
-		Node: node, DataDir: cfg.Data, Config: cfg, Receiver: h}); err != nil {
+		Node: node, DataDir: cfg.Data, Config: cfg, Receiver: h,
+		Ready: http.HandlerFunc(a.ready), Metrics: promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry}),
+	}); err != nil {
 		return nil, err
 	}
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	mux.HandleFunc("GET /readyz", a.ready)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry}))
 	a.srv = &http.Server{
 		Handler:           withVersion(Version(), underBasePath(cfg.BasePath, mux)),
 		ReadHeaderTimeout: cfg.Receive.ReadHeaderTimeout.D(),
