@@ -29,10 +29,6 @@ const dataFeedKeyUsage = `usage:
 // dfkDefaultLifetime is the lifetime of a key created without --expires.
 const dfkDefaultLifetime = "365d"
 
-// dfkHintLen is how many characters after the prefix are kept as a key's hint:
-// enough to tell an operator's keys apart, far too few to help a guesser.
-const dfkHintLen = 6
-
 func dataFeedKeyUsagef(format string, a ...any) error {
 	return usagef("%s\n%s", fmt.Sprintf(format, a...), dataFeedKeyUsage)
 }
@@ -178,25 +174,14 @@ func parseKeyAttrs(kvs []string, ownerHeader string) (*attr.Map, error) {
 // details go to stderr. It is never stored or shown again.
 func createDataFeedKey(ctx context.Context, repo *meta.Repo, account string, lifetime time.Duration,
 	attrs *attr.Map, ownerHeader string, now time.Time, stdout, stderr io.Writer) error {
-	key, err := datafeedkey.Generate()
+	am := make(map[string]string, attrs.Len())
+	for k, v := range attrs.All() {
+		am[k] = v
+	}
+	// The same function the API creates keys with, so both make the same keys.
+	key, k, err := datafeedkey.Create(ctx, repo, datafeedkey.NewKey{
+		Account: account, Expires: now.Add(lifetime), Attributes: am, OwnerHeader: ownerHeader, Now: now})
 	if err != nil {
-		return err
-	}
-	hash, salt, err := datafeedkey.Hash(key)
-	if err != nil {
-		return err
-	}
-	k := &meta.DataFeedKey{
-		Account:    account,
-		Hint:       key[len(datafeedkey.Prefix) : len(datafeedkey.Prefix)+dfkHintLen],
-		Hash:       hash,
-		Salt:       salt,
-		Algorithm:  string(datafeedkey.Argon2),
-		ExpiresMs:  now.Add(lifetime).UnixMilli(),
-		CreateMs:   now.UnixMilli(),
-		Attributes: attrs,
-	}
-	if err := repo.CreateDataFeedKey(ctx, k); err != nil {
 		return err
 	}
 	if _, err := fmt.Fprintln(stdout, key); err != nil {
