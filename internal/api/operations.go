@@ -164,9 +164,10 @@ func (s *opsAPI) register() {
 
 	huma.Register(s.api, secured(huma.Operation{
 		OperationID: "cancel-operation", Method: http.MethodDelete, Path: "/operations/{id}", Tags: []string{"Operations"},
-		Summary: "Cancel an operation",
+		Summary: "Cancel or remove an operation",
 		Description: "Cancels a PENDING or RUNNING operation (owner or Administrator). A running one stops within a second or so; " +
-			"work it already committed stays (an import that has stored its streams keeps them). A finished operation is 409.",
+			"work it already committed stays (an import that has stored its streams keeps them). A finished operation is " +
+			"removed, with its export file: the answer is the operation as it was, and it is gone afterwards.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}), func(ctx context.Context, in *operationInput) (*operationOutput, error) {
 		if _, err := s.visibleOperation(ctx, in.ID); err != nil {
@@ -175,7 +176,19 @@ func (s *opsAPI) register() {
 		op, err := ops.Cancel(ctx, in.ID)
 		switch {
 		case errors.Is(err, meta.ErrFinal):
-			return nil, huma.Error409Conflict(fmt.Sprintf("operation %s is %s; only PENDING or RUNNING operations can be cancelled", op.ID, op.State))
+			// Finished: remove it and what it left on disk.
+			if err := s.Repo.DeleteOperation(ctx, op.ID); err != nil {
+				if errors.Is(err, meta.ErrNotFound) {
+					return nil, huma.Error404NotFound("no operation " + in.ID)
+				}
+				return nil, s.internal("delete operation", err)
+			}
+			for _, f := range []string{s.exportFile(op.ID), s.importFile(op.ID)} {
+				if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+					s.Log.Warn("remove operation file", "operation", op.ID, "file", f, "err", err)
+				}
+			}
+			return &operationOutput{Body: s.toOperation(op)}, nil
 		case errors.Is(err, meta.ErrNotFound):
 			return nil, huma.Error404NotFound("no operation " + in.ID)
 		case err != nil:

@@ -1952,9 +1952,9 @@ type ClientInterface interface {
 	// Corresponds with GET /operations (the `ListOperations` operationId).
 	ListOperations(ctx context.Context, params *ListOperationsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// CancelOperation Cancel an operation
+	// CancelOperation Cancel or remove an operation
 	//
-	// Cancels a PENDING or RUNNING operation (owner or Administrator). A running one stops within a second or so; work it already committed stays (an import that has stored its streams keeps them). A finished operation is 409.
+	// Cancels a PENDING or RUNNING operation (owner or Administrator). A running one stops within a second or so; work it already committed stays (an import that has stored its streams keeps them). A finished operation is removed, with its export file: the answer is the operation as it was, and it is gone afterwards.
 	//
 	// Corresponds with DELETE /operations/{id} (the `CancelOperation` operationId).
 	CancelOperation(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2778,9 +2778,9 @@ func (c *Client) ListOperations(ctx context.Context, params *ListOperationsParam
 	return c.Client.Do(req)
 }
 
-// CancelOperation Cancel an operation
+// CancelOperation Cancel or remove an operation
 //
-// Cancels a PENDING or RUNNING operation (owner or Administrator). A running one stops within a second or so; work it already committed stays (an import that has stored its streams keeps them). A finished operation is 409.
+// Cancels a PENDING or RUNNING operation (owner or Administrator). A running one stops within a second or so; work it already committed stays (an import that has stored its streams keeps them). A finished operation is removed, with its export file: the answer is the operation as it was, and it is gone afterwards.
 //
 // Corresponds with DELETE /operations/{id} (the `CancelOperation` operationId).
 func (c *Client) CancelOperation(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6123,9 +6123,9 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /operations (the `ListOperations` operationId).
 	ListOperationsWithResponse(ctx context.Context, params *ListOperationsParams, reqEditors ...RequestEditorFn) (*ListOperationsResponse, error)
 
-	// CancelOperationWithResponse Cancel an operation
+	// CancelOperationWithResponse Cancel or remove an operation
 	//
-	// Cancels a PENDING or RUNNING operation (owner or Administrator). A running one stops within a second or so; work it already committed stays (an import that has stored its streams keeps them). A finished operation is 409.
+	// Cancels a PENDING or RUNNING operation (owner or Administrator). A running one stops within a second or so; work it already committed stays (an import that has stored its streams keeps them). A finished operation is removed, with its export file: the answer is the operation as it was, and it is gone afterwards.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10316,9 +10316,9 @@ func (c *ClientWithResponses) ListOperationsWithResponse(ctx context.Context, pa
 	return ParseListOperationsResponse(rsp)
 }
 
-// CancelOperationWithResponse Cancel an operation
+// CancelOperationWithResponse Cancel or remove an operation
 //
-// Cancels a PENDING or RUNNING operation (owner or Administrator). A running one stops within a second or so; work it already committed stays (an import that has stored its streams keeps them). A finished operation is 409.
+// Cancels a PENDING or RUNNING operation (owner or Administrator). A running one stops within a second or so; work it already committed stays (an import that has stored its streams keeps them). A finished operation is removed, with its export file: the answer is the operation as it was, and it is gone afterwards.
 //
 // Returns a wrapper object for the known response body format(s).
 //

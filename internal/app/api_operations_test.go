@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -476,7 +477,6 @@ func TestAPIOperationsPermissions(t *testing.T) {
 		t.Fatalf("administrator sees %+v", got)
 	}
 	admin.raw("GET", loc+"/download", nil, "").want(t, "administrator downloads another's export", 403, nil)
-	exporter.do("DELETE", loc, "").want(t, "cancel a finished operation", 409, nil)
 
 	var list struct {
 		Operations []operation `json:"operations"`
@@ -492,6 +492,22 @@ func TestAPIOperationsPermissions(t *testing.T) {
 	admin.do("GET", "/operations?kind=export&state=SUCCEEDED", "").want(t, "administrator lists", 200, &list)
 	if len(list.Operations) != 2 {
 		t.Fatalf("administrator lists %+v", list.Operations)
+	}
+
+	// Deleting a finished operation removes it and its export file.
+	exportFile := filepath.Join(s.Cfg.Data, "exports", op.ID+".zip")
+	if _, err := os.Stat(exportFile); err != nil {
+		t.Fatalf("export file: %v", err)
+	}
+	exporter.do("DELETE", loc, "").want(t, "remove a finished operation", 200, nil)
+	exporter.do("GET", loc, "").want(t, "removed operation", 404, nil)
+	exporter.raw("GET", loc+"/download", nil, "").want(t, "download of a removed export", 404, nil)
+	if _, err := os.Stat(exportFile); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("export file left behind: %v", err)
+	}
+	exporter.do("GET", "/operations", "").want(t, "owner lists after removal", 200, &list)
+	if len(list.Operations) != 1 {
+		t.Fatalf("owner lists %+v", list.Operations)
 	}
 
 	// An import has no download.

@@ -312,3 +312,30 @@ func (r *Repo) CancelOperation(ctx context.Context, id string, nowMs int64) (Ope
 	}
 	return op, nil
 }
+
+// DeleteOperation removes a finished operation's record. One that has not
+// finished gives an error (cancel it first); a missing id wraps ErrNotFound.
+func (r *Repo) DeleteOperation(ctx context.Context, id string) error {
+	err := r.withTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM operations WHERE id = $1 AND state IN ($2, $3, $4)`,
+			id, string(OpSucceeded), string(OpFailed), string(OpCancelled))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			return err
+		}
+		var state string
+		if err := tx.QueryRowContext(ctx, `SELECT state FROM operations WHERE id = $1`, id).Scan(&state); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return ErrNotFound
+			}
+			return err
+		}
+		return fmt.Errorf("it is %s, not finished", state)
+	})
+	if err != nil {
+		return fmt.Errorf("delete operation %s: %w", id, err)
+	}
+	return nil
+}
