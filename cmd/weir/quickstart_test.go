@@ -5,7 +5,6 @@ import (
 	"compress/gzip"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -60,10 +59,11 @@ func TestQuickStart(t *testing.T) {
 			t.Logf("weir serve log:\n%s", tail(logs.String(), 6000))
 		}
 	})
+	// "weir started" is logged once everything is ready, bootstrap included;
+	// the port alone opens a moment earlier.
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
-			c.Close()
+		if strings.Contains(logs.String(), `"msg":"weir started"`) {
 			break
 		}
 		select {
