@@ -220,7 +220,10 @@ func (r *Repo) SetUserEnabled(ctx context.Context, name string, enabled bool) er
 }
 
 // expectOne turns "no row changed" into ErrNotFound.
-func expectOne(res sql.Result, err error) error {
+func expectOne(res sql.Result, err error) error { return expectChange(res, err, ErrNotFound) }
+
+// expectChange turns "no row changed" into none, the caller's error for it.
+func expectChange(res sql.Result, err, none error) error {
 	if err != nil {
 		return err
 	}
@@ -229,7 +232,7 @@ func expectOne(res sql.Result, err error) error {
 		return err
 	}
 	if n == 0 {
-		return ErrNotFound
+		return none
 	}
 	return nil
 }

@@ -266,19 +266,9 @@ func (r *Repo) FinishOperation(ctx context.Context, id, node string, heldLease i
 	return nil
 }
 
-func expectHeld(res sql.Result, err error) error {
-	if err != nil {
-		return err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return ErrLeaseLost
-	}
-	return nil
-}
+// expectHeld turns "no row changed" into ErrLeaseLost: the update matched
+// only while this worker still held the operation's lease.
+func expectHeld(res sql.Result, err error) error { return expectChange(res, err, ErrLeaseLost) }
 
 // CancelOperation moves a PENDING or RUNNING operation to CANCELLED and
 // returns it as it is afterwards. A RUNNING operation's worker finds out
