@@ -185,7 +185,7 @@ func Load(path string) (Config, error) {
 	return cfg, nil
 }
 
-func decodeStrict(b []byte, cfg *Config) error {
+func decodeStrict(b []byte, cfg any) error {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(cfg); err != nil {

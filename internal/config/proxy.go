@@ -1,0 +1,407 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/weirhq/weir/internal/feed"
+)
+
+// Proxy is the whole configuration of `weir proxy`: everything `weir serve`
+// takes that applies to a proxy (listen, data, db, log, receive, tls,
+// security), plus the proxy's own settings, named as in the reference
+// system's proxy where they apply.
+type Proxy struct {
+	Config                  `yaml:",inline"`
+	ProxyID                 string            `yaml:"proxyId"` // empty: generated once and kept in <data>/proxy-id.txt
+	Aggregator              Aggregator        `yaml:"aggregator"`
+	ForwardHTTPDestinations []HTTPDestination `yaml:"forwardHttpDestinations"`
+	ForwardFileDestinations []FileDestination `yaml:"forwardFileDestinations"`
+	FeedStatus              FeedStatusCheck   `yaml:"feedStatus"`
+	Repository              Repository        `yaml:"repository"`
+	LogStream               LogStream         `yaml:"logStream"`
+}
+
+// Aggregator configures how received items are gathered into aggregates
+// before they are forwarded.
+type Aggregator struct {
+	Enabled                 bool     `yaml:"enabled"`
+	MaxItemsPerAggregate    int      `yaml:"maxItemsPerAggregate"`    // parts (zip entry groups) per aggregate
+	MaxUncompressedByteSize ByteSize `yaml:"maxUncompressedByteSize"` // uncompressed data bytes per aggregate
+	AggregationFrequency    Duration `yaml:"aggregationFrequency"`    // an aggregate older than this is closed by a timer
+}
+
+// Queue configures forwarding to one destination: workers, retries and
+// the liveness check.
+type Queue struct {
+	ForwardThreadCount     int      `yaml:"forwardThreadCount"`     // aggregates sent at once
+	RetryDelay             Duration `yaml:"retryDelay"`             // wait after the first failure
+	RetryDelayGrowthFactor float64  `yaml:"retryDelayGrowthFactor"` // each further failure multiplies the wait (1: constant)
+	MaxRetryDelay          Duration `yaml:"maxRetryDelay"`          // the wait never grows beyond this
+	MaxRetryAge            Duration `yaml:"maxRetryAge"`            // failing for longer than this: to the failure area (0: never give up)
+	LivenessCheckInterval  Duration `yaml:"livenessCheckInterval"`  // how often a destination's liveness is checked
+}
+
+// HTTPDestination is a downstream /datafeed (weir serve, another proxy, or
+// the reference system).
+type HTTPDestination struct {
+	Name       string `yaml:"name"`       // unique; it names the destination's queue: do not change it while items are queued
+	ForwardURL string `yaml:"forwardUrl"` // e.g. https://weir.example.com/datafeed
+	Enabled    *bool  `yaml:"enabled"`    // default true
+	// Instant forwards each post during its request and relays the
+	// downstream's answer; nothing is stored. Only as the one destination.
+	Instant bool `yaml:"instant"`
+	// Credentials for the downstream: an API key (or OIDC token) sent as
+	// a bearer token, or a data feed key with its owner.
+	APIKey           string    `yaml:"apiKey"`
+	APIKeyFile       string    `yaml:"apiKeyFile"`
+	DataFeedKey      string    `yaml:"dataFeedKey"`
+	DataFeedKeyFile  string    `yaml:"dataFeedKeyFile"`
+	DataFeedKeyOwner string    `yaml:"dataFeedKeyOwner"` // value of the owner header (receive.dataFeedOwnerMetaKey downstream)
+	DataFeedOwnerKey string    `yaml:"dataFeedOwnerKey"` // the owner header's name; default AccountId
+	TLS              ClientTLS `yaml:"tls"`
+	// ForwardHeadersAdditionalAllowSet adds attribute names sent as
+	// headers; everything travels in the zip's meta entries anyway.
+	ForwardHeadersAdditionalAllowSet []string `yaml:"forwardHeadersAdditionalAllowSet"`
+	Timeout                          Duration `yaml:"timeout"`          // one forward, start to end
+	LivenessCheckURL                 string   `yaml:"livenessCheckUrl"` // GET; live when it answers 200. Empty: no check
+	Queue                            Queue    `yaml:"queue"`
+}
+
+// ClientTLS configures the proxy as a TLS client of a downstream.
+type ClientTLS struct {
+	CAFile   string `yaml:"caFile"`   // PEM CAs that sign the downstream's certificate; empty: the system's
+	CertFile string `yaml:"certFile"` // client certificate (mutual TLS)
+	KeyFile  string `yaml:"keyFile"`  // its key; must not be readable by others
+}
+
+// FileDestination writes each aggregate into a directory, for another
+// process (or an offline transfer) to pick up.
+type FileDestination struct {
+	Name              string `yaml:"name"`
+	Path              string `yaml:"path"`
+	SubPathTemplate   string `yaml:"subPathTemplate"` // ${feed}, ${type}, ${year}, ${month}, ${day}, ${hour}, ${minute}, ${second}
+	Enabled           *bool  `yaml:"enabled"`
+	LivenessCheckPath string `yaml:"livenessCheckPath"` // live while this path exists; empty: no check
+	Queue             Queue  `yaml:"queue"`
+}
+
+// FeedStatusCheck configures asking the downstream whether a feed receives
+// (receive.receiptCheckMode FEED_STATUS or FEED_EXISTENCE on a proxy).
+type FeedStatusCheck struct {
+	URL        string   `yaml:"url"`        // empty: derived from the first HTTP destination
+	APIKey     string   `yaml:"apiKey"`     // empty: the first HTTP destination's API key
+	APIKeyFile string   `yaml:"apiKeyFile"` //
+	CacheTTL   Duration `yaml:"cacheTTL"`   // an answer is used for this long, then refreshed in the background
+	MaxEntries int      `yaml:"maxEntries"` // cached answers
+	Timeout    Duration `yaml:"timeout"`    // one question to the downstream
+	// Fallback applies when the downstream cannot answer: RECEIVE (store
+	// and forward; the downstream decides later), REJECT or DROP.
+	Fallback feed.Status `yaml:"fallback"`
+}
+
+// Repository bounds the proxy's local repository.
+type Repository struct {
+	// MaxSize is the most data (stored bytes) waiting to be forwarded;
+	// beyond it posts get 503 with Retry-After and /readyz fails. 0: only
+	// the disk bounds it.
+	MaxSize ByteSize `yaml:"maxSize"`
+	// MinFreeSpace is the free space the data volume keeps; below it, as
+	// above. It keeps room for forwarding to finish what is queued.
+	MinFreeSpace ByteSize `yaml:"minFreeSpace"`
+}
+
+// LogStream configures the receive and send log lines.
+type LogStream struct {
+	MetaKeys []string `yaml:"metaKeys"` // attributes each line carries
+}
+
+// DefaultQueue is a destination's queue settings when none are given.
+// weir retries sooner than the reference system (10 minutes, constant):
+// a proxy that waits 10 minutes after a network blip delays everything
+// behind it, while growth keeps a long outage cheap.
+func DefaultQueue() Queue {
+	return Queue{
+		ForwardThreadCount:     5,
+		RetryDelay:             Duration(10 * time.Second),
+		RetryDelayGrowthFactor: 2,
+		MaxRetryDelay:          Duration(10 * time.Minute),
+		MaxRetryAge:            Duration(7 * 24 * time.Hour),
+		LivenessCheckInterval:  Duration(time.Minute),
+	}
+}
+
+// DefaultProxy returns the configuration `weir proxy` runs with when
+// nothing is set (it still needs a destination).
+func DefaultProxy() Proxy {
+	c := Default()
+	c.Listen = "127.0.0.1:8090"
+	c.Data = "./weir-proxy-data"
+	return Proxy{
+		Config: c,
+		Aggregator: Aggregator{
+			Enabled:                 true,
+			MaxItemsPerAggregate:    1000,
+			MaxUncompressedByteSize: 1 << 30,
+			AggregationFrequency:    Duration(10 * time.Minute),
+		},
+		FeedStatus: FeedStatusCheck{
+			CacheTTL:   Duration(time.Minute),
+			MaxEntries: 1000,
+			Timeout:    Duration(10 * time.Second),
+			Fallback:   feed.Receive,
+		},
+		Repository: Repository{MinFreeSpace: 256 << 20},
+		LogStream: LogStream{MetaKeys: []string{"GUID", "ReceiptId", "Feed", "System", "Environment",
+			"RemoteHost", "RemoteAddress", "RemoteDN", "RemoteCertExpiry", "DataReceiptRule"}},
+	}
+}
+
+// LoadProxy reads a YAML file over the proxy defaults; unknown keys are errors.
+func LoadProxy(path string) (Proxy, error) {
+	cfg := DefaultProxy()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("read config: %w", err)
+	}
+	if err := decodeStrict(b, &cfg); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	cfg.fillQueues()
+	return cfg, nil
+}
+
+// AddForward adds an HTTP destination with default settings (--forward).
+func (p *Proxy) AddForward(u string) {
+	p.ForwardHTTPDestinations = append(p.ForwardHTTPDestinations, HTTPDestination{ForwardURL: u})
+	p.fillQueues()
+}
+
+// fillQueues gives destinations without queue settings the defaults, and
+// unnamed ones a name. A queue given in YAML replaces the defaults field by
+// field only where set, since a YAML struct decodes over zero values.
+func (p *Proxy) fillQueues() {
+	d := DefaultQueue()
+	fill := func(q *Queue) {
+		if q.ForwardThreadCount == 0 {
+			q.ForwardThreadCount = d.ForwardThreadCount
+		}
+		if q.RetryDelay == 0 {
+			q.RetryDelay = d.RetryDelay
+		}
+		if q.RetryDelayGrowthFactor == 0 {
+			q.RetryDelayGrowthFactor = d.RetryDelayGrowthFactor
+		}
+		if q.MaxRetryDelay == 0 {
+			q.MaxRetryDelay = d.MaxRetryDelay
+		}
+		if q.MaxRetryAge == 0 {
+			q.MaxRetryAge = d.MaxRetryAge
+		}
+		if q.LivenessCheckInterval == 0 {
+			q.LivenessCheckInterval = d.LivenessCheckInterval
+		}
+	}
+	for i := range p.ForwardHTTPDestinations {
+		h := &p.ForwardHTTPDestinations[i]
+		fill(&h.Queue)
+		if h.Name == "" {
+			h.Name = destinationName(h.ForwardURL, i)
+		}
+		if h.Timeout == 0 {
+			h.Timeout = Duration(3 * time.Minute)
+		}
+		if h.DataFeedOwnerKey == "" {
+			h.DataFeedOwnerKey = "AccountId"
+		}
+	}
+	for i := range p.ForwardFileDestinations {
+		f := &p.ForwardFileDestinations[i]
+		fill(&f.Queue)
+		if f.Name == "" {
+			f.Name = fmt.Sprintf("file-%d", i+1)
+		}
+	}
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+
+// destinationName names an unnamed HTTP destination after its host and
+// port, so that the name stays the same across restarts.
+func destinationName(raw string, i int) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return fmt.Sprintf("http-%d", i+1)
+	}
+	return unsafeName.ReplaceAllString(u.Host, "_")
+}
+
+// IsEnabled reports whether an optional enabled flag is on (default true).
+func IsEnabled(b *bool) bool { return b == nil || *b }
+
+// ValidateProxy checks the whole proxy configuration and reports every
+// problem at once.
+func (p *Proxy) ValidateProxy() error {
+	errs := []error{p.Validate()}
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if p.ProxyID != "" && !validNodeName(p.ProxyID) {
+		add("proxyId: %q may contain only letters, digits and '-'", p.ProxyID)
+	}
+	a := &p.Aggregator
+	if a.MaxItemsPerAggregate < 1 {
+		add("aggregator.maxItemsPerAggregate: must be at least 1")
+	}
+	if a.MaxUncompressedByteSize < 1 {
+		add("aggregator.maxUncompressedByteSize: must be positive")
+	}
+	if a.AggregationFrequency <= 0 {
+		add("aggregator.aggregationFrequency: must be positive")
+	}
+	names := map[string]bool{}
+	enabled, instant := 0, 0
+	checkQueue := func(prefix string, q Queue) {
+		if q.ForwardThreadCount < 1 || q.ForwardThreadCount > 256 {
+			add("%s.queue.forwardThreadCount: must be between 1 and 256", prefix)
+		}
+		if q.RetryDelay <= 0 || q.MaxRetryDelay < q.RetryDelay {
+			add("%s.queue: retryDelay must be positive and maxRetryDelay at least retryDelay", prefix)
+		}
+		if q.RetryDelayGrowthFactor < 1 {
+			add("%s.queue.retryDelayGrowthFactor: must be at least 1", prefix)
+		}
+		if q.MaxRetryAge < 0 {
+			add("%s.queue.maxRetryAge: must not be negative", prefix)
+		}
+		if q.LivenessCheckInterval <= 0 {
+			add("%s.queue.livenessCheckInterval: must be positive", prefix)
+		}
+	}
+	name := func(prefix, n string) {
+		if names[n] {
+			add("%s.name: %q is used by another destination; names must be unique", prefix, n)
+		}
+		names[n] = true
+	}
+	for i, h := range p.ForwardHTTPDestinations {
+		prefix := fmt.Sprintf("forwardHttpDestinations[%d]", i)
+		name(prefix, h.Name)
+		u, err := url.Parse(h.ForwardURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("%s.forwardUrl: %q is not an http:// or https:// URL", prefix, h.ForwardURL)
+		}
+		if h.LivenessCheckURL != "" {
+			if u, err := url.Parse(h.LivenessCheckURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+				add("%s.livenessCheckUrl: %q is not an http:// or https:// URL", prefix, h.LivenessCheckURL)
+			}
+		}
+		creds := 0
+		for _, s := range []string{h.APIKey, h.APIKeyFile, h.DataFeedKey, h.DataFeedKeyFile} {
+			if s != "" {
+				creds++
+			}
+		}
+		if creds > 1 {
+			add("%s: set only one of apiKey, apiKeyFile, dataFeedKey, dataFeedKeyFile", prefix)
+		}
+		if (h.DataFeedKey != "" || h.DataFeedKeyFile != "") && h.DataFeedKeyOwner == "" {
+			add("%s.dataFeedKeyOwner: a data feed key needs its owner (the account it was made for)", prefix)
+		}
+		if (h.TLS.CertFile == "") != (h.TLS.KeyFile == "") {
+			add("%s.tls: certFile and keyFile must be set together", prefix)
+		}
+		if h.Timeout <= 0 {
+			add("%s.timeout: must be positive", prefix)
+		}
+		checkQueue(prefix, h.Queue)
+		if IsEnabled(h.Enabled) {
+			enabled++
+			if h.Instant {
+				instant++
+			}
+		}
+	}
+	for i, f := range p.ForwardFileDestinations {
+		prefix := fmt.Sprintf("forwardFileDestinations[%d]", i)
+		name(prefix, f.Name)
+		if f.Path == "" {
+			add("%s.path: must be set", prefix)
+		}
+		if strings.Contains(f.SubPathTemplate, "..") || strings.HasPrefix(f.SubPathTemplate, "/") {
+			add("%s.subPathTemplate: %q must stay inside path (no '..', not absolute)", prefix, f.SubPathTemplate)
+		}
+		checkQueue(prefix, f.Queue)
+		if IsEnabled(f.Enabled) {
+			enabled++
+		}
+	}
+	if enabled == 0 {
+		add("a proxy needs at least one enabled destination: --forward URL, forwardHttpDestinations or forwardFileDestinations")
+	}
+	if instant > 0 && enabled > 1 {
+		add("forwardHttpDestinations: an instant destination must be the only enabled destination")
+	}
+	switch p.FeedStatus.Fallback {
+	case feed.Receive, feed.Reject, feed.Drop:
+	default:
+		add("feedStatus.fallback: %q is not one of RECEIVE, REJECT, DROP", p.FeedStatus.Fallback)
+	}
+	if p.FeedStatus.CacheTTL <= 0 || p.FeedStatus.Timeout <= 0 || p.FeedStatus.MaxEntries < 1 {
+		add("feedStatus: cacheTTL and timeout must be positive and maxEntries at least 1")
+	}
+	if p.FeedStatus.URL != "" {
+		if u, err := url.Parse(p.FeedStatus.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+			add("feedStatus.url: %q is not an http:// or https:// URL", p.FeedStatus.URL)
+		}
+	}
+	switch p.Receive.ReceiptCheckMode {
+	case FeedStatus, FeedExistence:
+		if p.FeedStatusURL() == "" {
+			add("receive.receiptCheckMode %s asks the downstream, but there is no HTTP destination to ask: "+
+				"set feedStatus.url, or receive.receiptCheckMode: RECEIVE_ALL", p.Receive.ReceiptCheckMode)
+		}
+	}
+	if p.Receive.FeedNameGenerationAutoCreate {
+		add("receive.feedNameGenerationAutoCreate: a proxy cannot create feeds (the downstream owns them)")
+	}
+	if p.Repository.MaxSize < 0 || p.Repository.MinFreeSpace < 0 {
+		add("repository: maxSize and minFreeSpace must not be negative")
+	}
+	return errors.Join(errs...)
+}
+
+// FeedStatusURL is where feed status is asked: the configured URL, or the
+// first enabled HTTP destination's base with the reference system's path.
+func (p *Proxy) FeedStatusURL() string {
+	if p.FeedStatus.URL != "" {
+		return p.FeedStatus.URL
+	}
+	for _, h := range p.ForwardHTTPDestinations {
+		if !IsEnabled(h.Enabled) {
+			continue
+		}
+		u, err := url.Parse(h.ForwardURL)
+		if err != nil || u.Host == "" {
+			return ""
+		}
+		path := u.Path
+		for _, suffix := range []string{"/stroom/noauth/datafeed", "/stroom/datafeed", "/datafeed"} {
+			if i := strings.LastIndex(path, suffix); i >= 0 {
+				path = path[:i]
+				break
+			}
+		}
+		u.Path = strings.TrimSuffix(path, "/") + "/api/feedStatus/v2/getFeedStatus"
+		u.RawQuery = ""
+		return u.String()
+	}
+	return ""
+}
+
+var nodeName = regexp.MustCompile(`^[A-Za-z0-9-]+$`)
+
+func validNodeName(s string) bool { return nodeName.MatchString(s) }
