@@ -26,6 +26,7 @@ import (
 	"github.com/weirhq/weir/internal/api"
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/proxy"
 	"github.com/weirhq/weir/internal/receipt"
 	"github.com/weirhq/weir/internal/receive"
 	"github.com/weirhq/weir/internal/store"
@@ -46,6 +47,8 @@ type App struct {
 	api      *api.Server
 	registry *prometheus.Registry
 	stopping atomic.Bool
+	proxy    *proxy.Proxy // nil on the main service
+	closers  []func()     // run when storage closes
 }
 
 // NewLogger builds the process logger from the log settings.
@@ -133,6 +136,14 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	if err != nil {
 		return nil, err
 	}
+	return newApp(ctx, cfg, node, log, nil)
+}
+
+// newApp builds the main service, or with pcfg the proxy: the same
+// storage, security and datafeed handler, with the proxy's receipt ids,
+// feed status checks and forwarding instead of the REST API.
+func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logger, pcfg *config.Proxy) (*App, error) {
+	var err error
 	a := &App{cfg: cfg, log: log, registry: prometheus.NewRegistry()}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ok := false
@@ -167,7 +178,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	if a.sec, err = newSecurity(ctx, cfg, a.repo, log); err != nil {
 		return nil, err
 	}
-	ids, err := receipt.NewGenerator('S', node, nil)
+	origin := byte('S')
+	if pcfg != nil {
+		origin = 'P'
+	}
+	ids, err := receipt.NewGenerator(origin, node, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -175,23 +190,32 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	if host == "" {
 		host = node
 	}
-	h := receive.New(receive.Options{
+	ro := receive.Options{
 		Config: cfg.Receive, Feeds: a.repo, Store: a.store, IDs: ids, Host: host, TempDir: tmp,
 		Auth: a.sec.chain, CertAttributes: a.sec.certs.Attributes,
 		Log: log.With("log", "receive"), Metrics: receive.NewMetrics(a.registry),
-	})
-	mux := http.NewServeMux()
-	h.Register(mux)
-	var tokens api.Tokens
-	if cfg.Security.OIDC.Issuer != "" {
-		tokens = a.sec.tokens
 	}
-	if a.api, err = api.Register(mux, api.Deps{Repo: a.repo, Store: a.store, Access: a.sec.access, Tokens: tokens,
-		FeedNames: cfg.FeedNameRegexp(), Log: log.With("log", "api"), Version: Version(), BasePath: cfg.BasePath,
-		Node: node, DataDir: cfg.Data, Config: cfg, Receiver: h,
-		Ready: http.HandlerFunc(a.ready), Metrics: promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry}),
-	}); err != nil {
-		return nil, err
+	mux := http.NewServeMux()
+	metrics := promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry})
+	if pcfg != nil {
+		if err := a.startProxy(ctx, *pcfg, node, &ro, mux, metrics); err != nil {
+			return nil, err
+		}
+		receive.New(ro).Register(mux)
+	} else {
+		h := receive.New(ro)
+		h.Register(mux)
+		var tokens api.Tokens
+		if cfg.Security.OIDC.Issuer != "" {
+			tokens = a.sec.tokens
+		}
+		if a.api, err = api.Register(mux, api.Deps{Repo: a.repo, Store: a.store, Access: a.sec.access, Tokens: tokens,
+			FeedNames: cfg.FeedNameRegexp(), Log: log.With("log", "api"), Version: Version(), BasePath: cfg.BasePath,
+			Node: node, DataDir: cfg.Data, Config: cfg, Receiver: h,
+			Ready: http.HandlerFunc(a.ready), Metrics: metrics,
+		}); err != nil {
+			return nil, err
+		}
 	}
 	a.srv = &http.Server{
 		Handler:           withVersion(Version(), underBasePath(cfg.BasePath, mux)),
@@ -215,7 +239,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		log.Warn("senders are not authenticated: anyone who can reach the datafeed can post data " +
 			"(receive.authenticationRequired is false)")
 	}
-	log.Info("weir started", "listen", a.ln.Addr().String(), "tls", tlsConfig != nil, "data", cfg.Data, "db", a.repo.Engine(), "node", node)
+	role := "service"
+	if pcfg != nil {
+		role = "proxy"
+	}
+	log.Info("weir started", "role", role, "listen", a.ln.Addr().String(), "tls", tlsConfig != nil, "data", cfg.Data, "db", a.repo.Engine(), "node", node)
 	ok = true
 	return a, nil
 }
@@ -267,6 +295,9 @@ func (a *App) ready(w http.ResponseWriter, r *http.Request) {
 	if free, err := freeBytes(a.cfg.Data); err == nil && free < 64<<20 {
 		problems = append(problems, fmt.Sprintf("data volume has only %d bytes free", free))
 	}
+	if a.proxy != nil {
+		problems = append(problems, a.proxy.Problems()...)
+	}
 	if len(problems) > 0 {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = io.WriteString(w, strings.Join(problems, "; ")+"\n")
@@ -314,6 +345,14 @@ func (a *App) Shutdown(grace time.Duration) error {
 }
 
 func (a *App) closeStorage() {
+	for _, c := range a.closers {
+		c()
+	}
+	a.closers = nil
+	if a.proxy != nil {
+		a.proxy.Stop()
+		a.proxy = nil
+	}
 	if a.api != nil {
 		a.api.Close()
 		a.api = nil

@@ -30,6 +30,10 @@ const usage = `weir receives event data on /datafeed and stores every post durab
 
 Usage:
   weir serve [--config FILE] [--listen ADDR] [--data DIR] [--db DSN] [--node NAME]
+  weir proxy [--config FILE] [--listen ADDR] [--data DIR] [--db DSN] [--proxy-id ID] [--forward URL ...]
+  weir proxy queue [--destination NAME] [--state queued|retrying|failed] [--json]
+  weir proxy show AGGREGATE [--destination NAME]
+  weir proxy replay --destination NAME (--all | AGGREGATE ...)
   weir admin feed create NAME [--status RECEIVE|REJECT|DROP] [--type TYPE] [--encoding E]
                               [--context-encoding E] [--classification C] [--description D]
   weir admin feed update NAME [same flags as create; only the given ones change]
@@ -87,6 +91,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return serve(args[1:], stderr)
 	case "admin":
 		return admin(args[1:], stdout, stderr)
+	case "proxy":
+		return proxyCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		return flag.ErrHelp
 	}

@@ -43,7 +43,7 @@ type Queue struct {
 	RetryDelay             Duration `yaml:"retryDelay"`             // wait after the first failure
 	RetryDelayGrowthFactor float64  `yaml:"retryDelayGrowthFactor"` // each further failure multiplies the wait (1: constant)
 	MaxRetryDelay          Duration `yaml:"maxRetryDelay"`          // the wait never grows beyond this
-	MaxRetryAge            Duration `yaml:"maxRetryAge"`            // failing for longer than this: to the failure area (0: never give up)
+	MaxRetryAge            Duration `yaml:"maxRetryAge"`            // failing for longer than this: to the failure area
 	LivenessCheckInterval  Duration `yaml:"livenessCheckInterval"`  // how often a destination's liveness is checked
 }
 

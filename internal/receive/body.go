@@ -229,6 +229,9 @@ func (p *post) commit(post *store.Post, committed *bool, stored int64) (outcome,
 		return "", storeError(err)
 	}
 	*committed = true
+	if p.h.opt.Stored != nil {
+		p.h.opt.Stored()
+	}
 	p.storedBytes = stored
 	for _, s := range streams {
 		p.streams = append(p.streams, s.ID)

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -42,12 +43,26 @@ type Options struct {
 	// RemoteCertExpiry (and removes forged ones); may be nil.
 	CertAttributes func(*http.Request, *attr.Map)
 	Store          *store.Store
-	IDs            *receipt.Generator
-	Host           string // this host's name, appended to ReceivedPath
-	TempDir        string // where zip bodies are staged; on the same disk as the store
-	Log            *slog.Logger
-	Metrics        *Metrics // may be nil
-	Now            func() time.Time
+	// FeedStatuses, if set, answers FEED_STATUS and FEED_EXISTENCE checks
+	// instead of the feed table (a proxy asks its downstream). A post
+	// without a Type then keeps none: the downstream picks the feed's.
+	FeedStatuses FeedStatuses
+	// Relay, if set, passes each post on during its request instead of
+	// storing it (a proxy's instant forwarding).
+	Relay Relay
+	// Admit, if set, is asked before a body is read; an error refuses the
+	// post with 503 and Retry-After (a proxy's full repository).
+	Admit func() error
+	// Stored, if set, is called after a post's streams are committed.
+	Stored func()
+	// LogMetaKeys are attributes each receive-log line carries.
+	LogMetaKeys []string
+	IDs         *receipt.Generator
+	Host        string // this host's name, appended to ReceivedPath
+	TempDir     string // where zip bodies are staged; on the same disk as the store
+	Log         *slog.Logger
+	Metrics     *Metrics // may be nil
+	Now         func() time.Time
 }
 
 // Handler serves the datafeed paths.
@@ -127,6 +142,7 @@ type post struct {
 	streams     []int64
 	flagged     string         // undeclared compression detected: "gzip" or "zip"
 	identity    *auth.Identity // the authenticated sender
+	downstream  string         // the downstream's receipt id, when relayed
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -205,6 +221,14 @@ func (p *post) run() (outcome, error) {
 	if m := h.opt.Metrics; m != nil {
 		m.inflight.Inc()
 		defer m.inflight.Dec()
+	}
+	if h.opt.Admit != nil {
+		if err := h.opt.Admit(); err != nil {
+			return "", wrap(Unavailable, err, "cannot accept data now")
+		}
+	}
+	if h.opt.Relay != nil {
+		return p.relay(compression, contentEncoding)
 	}
 	return p.receiveBody(compression, contentEncoding, deferFeedCheck)
 }
@@ -290,6 +314,9 @@ func (h *Handler) check(ctx context.Context, attrs *attr.Map) (decision, error) 
 		d.drop = true
 		return d, nil
 	}
+	if h.opt.FeedStatuses != nil && (mode == config.FeedStatus || mode == config.FeedExistence) {
+		return h.checkRemote(ctx, d, attrs, mode)
+	}
 	var f feed.Feed
 	err := meta.ErrNotFound
 	// A name no feed can have is unknown without asking the database:
@@ -338,7 +365,7 @@ func (h *Handler) check(ctx context.Context, attrs *attr.Map) (decision, error) 
 			return d, errorf(FeedNotDefined, "feed %q cannot exist: a feed name is UTF-8 text without control characters", d.feed)
 		}
 	}
-	if d.typ == "" {
+	if d.typ == "" && h.opt.FeedStatuses == nil {
 		d.typ = "Raw Events"
 		if d.known && f.StreamType != "" {
 			typ, err := h.streamType(f.StreamType)
@@ -347,6 +374,41 @@ func (h *Handler) check(ctx context.Context, attrs *attr.Map) (decision, error) 
 			}
 			d.typ = typ
 		}
+	}
+	return d, nil
+}
+
+// checkRemote decides with the answer of FeedStatuses: REJECT refuses
+// with the code the downstream gave (110 if none), DROP drops, and in
+// FEED_EXISTENCE mode only an unknown feed is refused.
+func (h *Handler) checkRemote(ctx context.Context, d decision, attrs *attr.Map, mode config.CheckMode) (decision, error) {
+	ans, err := h.opt.FeedStatuses.FeedStatus(ctx, d.feed, attrs)
+	if err != nil {
+		return d, wrap(Unavailable, err, "the status of feed %q cannot be checked", d.feed)
+	}
+	d.known = ans.Known
+	msg := ans.Message
+	if msg == "" {
+		msg = fmt.Sprintf("feed %q has status %s", d.feed, ans.Status)
+	}
+	if mode == config.FeedExistence {
+		if !ans.Known {
+			return d, errorf(FeedNotDefined, "feed %q does not exist", d.feed)
+		}
+		return d, nil
+	}
+	switch ans.Status {
+	case feed.Reject:
+		code := ans.Code
+		if code == OK {
+			code = FeedNotReceiving
+		}
+		if _, ok := codes[code]; !ok {
+			code = FeedNotReceiving
+		}
+		return d, errorf(code, "%s", msg)
+	case feed.Drop:
+		d.drop = true
 	}
 	return d, nil
 }
@@ -365,6 +427,23 @@ func (h *Handler) streamType(t string) (string, error) {
 	return "", errorf(InvalidType, "Type %q is not one of %s", t, strings.Join(h.cfg.MetaTypes, ", "))
 }
 
+// event names an outcome as the reference system's receive log does:
+// RECEIVE, DROP, REJECT (the sender's data or headers were refused) or
+// ERROR (everything else).
+func event(out outcome, e *Error) string {
+	switch {
+	case e == nil && out == outcomeDropped:
+		return "DROP"
+	case e == nil:
+		return "RECEIVE"
+	}
+	switch e.Code {
+	case FeedMustBeSpecified, FeedNotDefined, InvalidType, MandatoryHeaderMissing, FeedNotReceiving, RejectedByPolicy, UnexpectedType:
+		return "REJECT"
+	}
+	return "ERROR"
+}
+
 // log writes the post's receive-log line and updates the metrics.
 func (p *post) log(out outcome, e *Error, msg string, start time.Time) {
 	d := p.h.opt.Now().Sub(start)
@@ -381,9 +460,13 @@ func (p *post) log(out outcome, e *Error, msg string, start time.Time) {
 		// silent failure: warn, so that someone notices.
 		level = slog.LevelWarn
 	}
+	httpStatus := http.StatusOK
+	if e != nil {
+		httpStatus = e.Code.HTTPStatus()
+	}
 	args := []any{
-		"receiptId", p.receiptID, "outcome", string(out), "feed", p.feed, "type", p.typ,
-		"status", code, "bytes", p.rawBytes, "storedBytes", p.storedBytes,
+		"event", event(out, e), "receiptId", p.receiptID, "outcome", string(out), "feed", p.feed, "type", p.typ,
+		"httpStatus", httpStatus, "status", code, "bytes", p.rawBytes, "storedBytes", p.storedBytes,
 		"durationMs", d.Milliseconds(), "path", p.r.URL.Path, "remote", p.r.RemoteAddr,
 	}
 	if p.attrs != nil {
@@ -400,6 +483,16 @@ func (p *post) log(out outcome, e *Error, msg string, start time.Time) {
 	}
 	if p.flagged != "" {
 		args = append(args, "undeclaredCompression", p.flagged)
+	}
+	if p.downstream != "" {
+		args = append(args, "downstreamReceiptId", p.downstream)
+	}
+	if keys := p.h.opt.LogMetaKeys; len(keys) > 0 && p.attrs != nil {
+		meta := make([]any, 0, len(keys))
+		for _, k := range keys {
+			meta = append(meta, slog.String(k, p.attrs.Value(k)))
+		}
+		args = append(args, slog.Group("meta", meta...))
 	}
 	args = append(args, "message", msg)
 	p.h.opt.Log.Log(context.Background(), level, "receive", args...)

@@ -3,6 +3,7 @@ package receive
 import (
 	"context"
 	"io"
+	"net/http"
 
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/feed"
@@ -53,4 +54,26 @@ func Refusal(code int, msg string) error {
 // that the sender retries after Retry-After.
 func Unreachable(err error, msg string) error {
 	return &Error{Code: Unavailable, Detail: msg, Err: err}
+}
+
+// relay passes the body on through the Relay. The body is bounded and
+// timed as when it is stored; a relayed post is "received" only when the
+// downstream acknowledged it.
+func (p *post) relay(compression, contentEncoding string) (outcome, error) {
+	h := p.h
+	raw := &bodyReader{r: p.r.Body, rc: http.NewResponseController(p.w), idle: h.cfg.BodyIdleTimeout.D(), limit: h.limit()}
+	defer func() { p.rawBytes = raw.n }()
+	if compression == "NONE" {
+		compression = ""
+	}
+	receipt, err := h.opt.Relay.Relay(p.r.Context(), p.attrs, compression, contentEncoding, raw)
+	if raw.err != nil {
+		return "", raw.err // the sender's body failed first
+	}
+	if err != nil {
+		return "", err
+	}
+	p.downstream = receipt
+	p.storedBytes = raw.n
+	return outcomeReceived, nil
 }

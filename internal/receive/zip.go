@@ -128,7 +128,7 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 			}
 			sa := p.attrs.Clone()
 			sa.Put("Feed", d.feed)
-			sa.Put("Type", d.typ)
+			putType(sa, d.typ)
 			t = &zipTarget{w: w, attrs: sa}
 			targets[key] = t
 			order = append(order, t)
@@ -148,7 +148,7 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 			}
 		}
 		merged.Put("Feed", d.feed)
-		merged.Put("Type", d.typ)
+		putType(merged, d.typ)
 		merged.Put("StreamSize", strconv.FormatInt(n, 10))
 		if err := p.writeMeta(t.w, part, merged); err != nil {
 			return "", err
@@ -273,4 +273,12 @@ func (p *post) readMetaEntry(zf *zip.File, budget *zipBudget) (*attr.Map, error)
 		return nil, wrap(InvalidDataFormat, err, "zip meta entry %q", zf.Name)
 	}
 	return m, nil
+}
+
+// putType records a resolved type; a proxy that leaves the type to its
+// downstream has none to record.
+func putType(a *attr.Map, typ string) {
+	if typ != "" {
+		a.Put("Type", typ)
+	}
 }

@@ -26,7 +26,9 @@ type Server struct {
 	App  *app.App
 	URL  string // http://127.0.0.1:port
 	Cfg  config.Config
-	Logs *Logs
+	// Proxy is the configuration of a proxy (nil for the main service).
+	Proxy *config.Proxy
+	Logs  *Logs
 	t    testing.TB
 	done chan error
 	stop func()
@@ -87,7 +89,42 @@ func StartConfig(t testing.TB, cfg config.Config) *Server {
 	if err != nil {
 		t.Fatalf("start weir: %v", err)
 	}
-	s := &Server{App: a, URL: "http://" + a.Addr(), Cfg: cfg, Logs: logs, t: t, done: make(chan error, 1)}
+	return run(t, a, cfg, nil, logs)
+}
+
+// ProxyConfig returns a test proxy configuration: Config(t)'s settings
+// (fresh data directory, port 0, database, senders not authenticated), a
+// fixed proxy id, and an HTTP destination for each forward URL with quick
+// retries (tests wait for them).
+func ProxyConfig(t testing.TB, proxyID string, forward ...string) config.Proxy {
+	cfg := config.DefaultProxy()
+	cfg.Config = Config(t)
+	cfg.Node = ""
+	cfg.ProxyID = proxyID
+	for _, u := range forward {
+		cfg.AddForward(u)
+	}
+	for i := range cfg.ForwardHTTPDestinations {
+		q := &cfg.ForwardHTTPDestinations[i].Queue
+		q.RetryDelay = config.Duration(100 * time.Millisecond)
+		q.MaxRetryDelay = config.Duration(time.Second)
+	}
+	return cfg
+}
+
+// StartProxy starts a proxy with exactly cfg; it stops at test cleanup.
+func StartProxy(t testing.TB, cfg config.Proxy) *Server {
+	t.Helper()
+	logs := &Logs{}
+	a, err := app.NewProxy(context.Background(), cfg, slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatalf("start weir proxy: %v", err)
+	}
+	return run(t, a, cfg.Config, &cfg, logs)
+}
+
+func run(t testing.TB, a *app.App, cfg config.Config, pcfg *config.Proxy, logs *Logs) *Server {
+	s := &Server{App: a, URL: "http://" + a.Addr(), Cfg: cfg, Proxy: pcfg, Logs: logs, t: t, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { s.done <- a.Run(ctx) }()
 	stopped := false
@@ -113,6 +150,9 @@ func (s *Server) Stop() { s.stop() }
 func (s *Server) Restart() *Server {
 	s.t.Helper()
 	s.Stop()
+	if s.Proxy != nil {
+		return StartProxy(s.t, *s.Proxy)
+	}
 	return StartConfig(s.t, s.Cfg)
 }
 

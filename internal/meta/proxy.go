@@ -1,0 +1,492 @@
+package meta
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+)
+
+// Aggregate is a set of streams of one feed and type that a proxy forwards
+// together as one zip.
+type Aggregate struct {
+	ID       int64
+	Feed     string
+	Type     string
+	GUID     string // sent with every attempt, so a downstream can tell a resend
+	Open     bool   // streams may still be added
+	Items    int    // parts (zip entry groups) in it
+	Bytes    int64  // uncompressed data bytes in it
+	CreateMs int64
+	CloseMs  int64
+}
+
+// AggregateItem puts a stream into an aggregate (by pointer: the aggregate
+// may be new in the same batch).
+type AggregateItem struct {
+	Aggregate *Aggregate
+	StreamID  int64
+}
+
+// AggregationBatch is one transaction of the aggregator: new aggregates,
+// streams put into aggregates, counters saved, and aggregates closed (each
+// queued for every destination).
+type AggregationBatch struct {
+	New          []*Aggregate // inserted; ID set on commit
+	Items        []AggregateItem
+	Save         []*Aggregate // items and bytes stored
+	Close        []*Aggregate // closed at CloseMs and queued for Destinations
+	Destinations []string
+}
+
+// ForwardState is where an aggregate stands with one destination.
+type ForwardState string
+
+const (
+	ForwardQueued ForwardState = "QUEUED" // to send when NextMs has passed (Attempts > 0: retrying)
+	ForwardFailed ForwardState = "FAILED" // in the failure area until replayed
+)
+
+// Forward is an aggregate that has still to reach one destination.
+type Forward struct {
+	Aggregate
+	Destination string
+	State       ForwardState
+	Attempts    int
+	FirstMs     int64 // first attempt
+	LastMs      int64 // last attempt
+	NextMs      int64
+	LastStatus  int    // last datafeed status code (0: none)
+	Error       string // last error
+	ErrorLog    string // one line per failed attempt, oldest first (bounded)
+}
+
+const aggregateColumns = `a.id, a.feed, a.type, a.guid, a.open, a.items, a.bytes, a.create_ms, a.close_ms`
+const forwardColumns = aggregateColumns + `, f.destination, f.state, f.attempts, f.first_ms, f.last_ms, f.next_ms, f.last_status, f.error, f.error_log`
+
+func scanAggregate(s rowScanner) (Aggregate, error) {
+	var a Aggregate
+	var open int
+	err := s.Scan(&a.ID, &a.Feed, &a.Type, &a.GUID, &open, &a.Items, &a.Bytes, &a.CreateMs, &a.CloseMs)
+	a.Open = open != 0
+	return a, err
+}
+
+func scanForward(s rowScanner) (Forward, error) {
+	var f Forward
+	var open int
+	var state string
+	err := s.Scan(&f.ID, &f.Feed, &f.Type, &f.GUID, &open, &f.Items, &f.Bytes, &f.CreateMs, &f.CloseMs,
+		&f.Destination, &state, &f.Attempts, &f.FirstMs, &f.LastMs, &f.NextMs, &f.LastStatus, &f.Error, &f.ErrorLog)
+	f.Open = open != 0
+	f.State = ForwardState(state)
+	return f, err
+}
+
+// UnaggregatedStreams lists complete streams that are in no aggregate yet,
+// oldest first, among those that became complete at or after sinceMs.
+func (r *Repo) UnaggregatedStreams(ctx context.Context, sinceMs int64, limit int) ([]Stream, error) {
+	ss, err := r.queryStreams(ctx, `SELECT `+streamColumns+` FROM streams s
+		WHERE s.status = $1 AND s.status_ms >= $2
+		AND NOT EXISTS (SELECT 1 FROM proxy_items i WHERE i.stream_id = s.id)
+		ORDER BY s.id LIMIT $3`, string(Unlocked), sinceMs, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list streams waiting for aggregation: %w", err)
+	}
+	return ss, nil
+}
+
+// OpenAggregates lists the aggregates that can still take streams.
+func (r *Repo) OpenAggregates(ctx context.Context) ([]Aggregate, error) {
+	as, err := queryAll(ctx, r.db, scanAggregate, `SELECT `+aggregateColumns+` FROM proxy_aggregates a WHERE a.open = 1 ORDER BY a.id`)
+	if err != nil {
+		return nil, fmt.Errorf("list open aggregates: %w", err)
+	}
+	return as, nil
+}
+
+// ApplyAggregation commits an aggregator batch in one transaction.
+func (r *Repo) ApplyAggregation(ctx context.Context, b *AggregationBatch) error {
+	ids := make([]int64, len(b.New))
+	err := r.withTx(ctx, func(tx *sql.Tx) error {
+		for i, a := range b.New {
+			if err := tx.QueryRowContext(ctx, `INSERT INTO proxy_aggregates (feed, type, guid, open, items, bytes, create_ms, close_ms)
+				VALUES ($1, $2, $3, 1, $4, $5, $6, 0) RETURNING id`, a.Feed, a.Type, a.GUID, a.Items, a.Bytes, a.CreateMs).Scan(&ids[i]); err != nil {
+				return fmt.Errorf("create aggregate for feed %q: %w", a.Feed, err)
+			}
+		}
+		id := func(a *Aggregate) int64 {
+			for i, n := range b.New {
+				if n == a {
+					return ids[i]
+				}
+			}
+			return a.ID
+		}
+		for _, it := range b.Items {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO proxy_items (stream_id, aggregate_id) VALUES ($1, $2)`, it.StreamID, id(it.Aggregate)); err != nil {
+				return fmt.Errorf("add stream %d to an aggregate: %w", it.StreamID, err)
+			}
+		}
+		for _, a := range b.Save {
+			if _, err := tx.ExecContext(ctx, `UPDATE proxy_aggregates SET items = $1, bytes = $2 WHERE id = $3`, a.Items, a.Bytes, id(a)); err != nil {
+				return fmt.Errorf("update aggregate %d: %w", id(a), err)
+			}
+		}
+		for _, a := range b.Close {
+			if err := expectOne(tx.ExecContext(ctx, `UPDATE proxy_aggregates SET open = 0, close_ms = $1, items = $2, bytes = $3 WHERE id = $4 AND open = 1`,
+				a.CloseMs, a.Items, a.Bytes, id(a))); err != nil {
+				return fmt.Errorf("close aggregate %d: %w", id(a), err)
+			}
+			for _, d := range b.Destinations {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO proxy_forwards (aggregate_id, destination, state, next_ms) VALUES ($1, $2, $3, $4)`,
+					id(a), d, string(ForwardQueued), a.CloseMs); err != nil {
+					return fmt.Errorf("queue aggregate %d for %q: %w", id(a), d, err)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, a := range b.New {
+		a.ID = ids[i]
+	}
+	for _, a := range b.Close {
+		a.Open = false
+	}
+	return nil
+}
+
+// DueForwards lists up to limit aggregates queued for destination whose
+// time has come (NextMs <= nowMs), the longest-waiting first, leaving out
+// those in skip (being sent already).
+func (r *Repo) DueForwards(ctx context.Context, destination string, nowMs int64, skip []int64, limit int) ([]Forward, error) {
+	args := []any{destination, string(ForwardQueued), nowMs, limit}
+	not := ""
+	if len(skip) > 0 {
+		ph := make([]string, len(skip))
+		for i, id := range skip {
+			args = append(args, id)
+			ph[i] = fmt.Sprintf("$%d", len(args))
+		}
+		not = " AND f.aggregate_id NOT IN (" + strings.Join(ph, ", ") + ")"
+	}
+	fs, err := queryAll(ctx, r.db, scanForward, `SELECT `+forwardColumns+`
+		FROM proxy_forwards f JOIN proxy_aggregates a ON a.id = f.aggregate_id
+		WHERE f.destination = $1 AND f.state = $2 AND f.next_ms <= $3`+not+`
+		ORDER BY f.next_ms, f.aggregate_id LIMIT $4`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list forwards due for %q: %w", destination, err)
+	}
+	return fs, nil
+}
+
+// NextForwardMs is when the next queued aggregate for destination is due
+// (ok false when none is queued).
+func (r *Repo) NextForwardMs(ctx context.Context, destination string) (ms int64, ok bool, err error) {
+	var v sql.NullInt64
+	if err := r.db.QueryRowContext(ctx, `SELECT MIN(next_ms) FROM proxy_forwards WHERE destination = $1 AND state = $2`,
+		destination, string(ForwardQueued)).Scan(&v); err != nil {
+		return 0, false, fmt.Errorf("next forward for %q: %w", destination, err)
+	}
+	return v.Int64, v.Valid, nil
+}
+
+// AggregateStreams lists the streams of an aggregate in the order they
+// were added.
+func (r *Repo) AggregateStreams(ctx context.Context, aggregateID int64) ([]Stream, error) {
+	ss, err := r.queryStreams(ctx, `SELECT `+prefixed("s.", streamColumns)+` FROM streams s
+		JOIN proxy_items i ON i.stream_id = s.id WHERE i.aggregate_id = $1 ORDER BY s.id`, aggregateID)
+	if err != nil {
+		return nil, fmt.Errorf("list streams of aggregate %d: %w", aggregateID, err)
+	}
+	return ss, nil
+}
+
+func prefixed(p, columns string) string {
+	cols := strings.Split(columns, ", ")
+	for i := range cols {
+		cols[i] = p + cols[i]
+	}
+	return strings.Join(cols, ", ")
+}
+
+// ForwardSent records that an aggregate reached a destination. When it was
+// the last destination, the aggregate is removed and its streams marked
+// DELETED (in the same transaction) and returned, for the caller to remove
+// their files and then PurgeStreams.
+func (r *Repo) ForwardSent(ctx context.Context, aggregateID int64, destination string) (done []Stream, err error) {
+	err = r.withTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM proxy_forwards WHERE aggregate_id = $1 AND destination = $2`, aggregateID, destination); err != nil {
+			return err
+		}
+		var left int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM proxy_forwards WHERE aggregate_id = $1`, aggregateID).Scan(&left); err != nil {
+			return err
+		}
+		if left > 0 {
+			return nil
+		}
+		done, err = removeAggregate(ctx, tx, aggregateID)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record aggregate %d sent to %q: %w", aggregateID, destination, err)
+	}
+	return done, nil
+}
+
+// removeAggregate deletes a closed aggregate and marks its streams DELETED.
+func removeAggregate(ctx context.Context, tx *sql.Tx, aggregateID int64) ([]Stream, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT `+prefixed("s.", streamColumns)+` FROM streams s
+		JOIN proxy_items i ON i.stream_id = s.id WHERE i.aggregate_id = $1 ORDER BY s.id`, aggregateID)
+	if err != nil {
+		return nil, err
+	}
+	var done []Stream
+	for rows.Next() {
+		s, err := scanStream(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		done = append(done, s)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	now := nowMs()
+	for i := range done {
+		if _, err := tx.ExecContext(ctx, `UPDATE streams SET status = $1, status_ms = $2 WHERE id = $3`, string(Deleted), now, done[i].ID); err != nil {
+			return nil, err
+		}
+		done[i].Status = Deleted
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM proxy_items WHERE aggregate_id = $1`, aggregateID); err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM proxy_aggregates WHERE id = $1`, aggregateID); err != nil {
+		return nil, err
+	}
+	return done, nil
+}
+
+// FinishedAggregates removes closed aggregates that no destination waits
+// for any more (left by a crash between a send and its bookkeeping, or by
+// a destination removed from the configuration is NOT one of them: those
+// keep their rows) and returns their streams, marked DELETED.
+func (r *Repo) FinishedAggregates(ctx context.Context) ([]Stream, error) {
+	var done []Stream
+	err := r.withTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT a.id FROM proxy_aggregates a WHERE a.open = 0
+			AND NOT EXISTS (SELECT 1 FROM proxy_forwards f WHERE f.aggregate_id = a.id)`)
+		if err != nil {
+			return err
+		}
+		var ids []int64
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			ss, err := removeAggregate(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			done = append(done, ss...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("remove finished aggregates: %w", err)
+	}
+	return done, nil
+}
+
+// DeletedStreams lists streams marked DELETED (whose files may still exist).
+func (r *Repo) DeletedStreams(ctx context.Context, limit int) ([]Stream, error) {
+	ss, err := r.queryStreams(ctx, `SELECT `+streamColumns+` FROM streams WHERE status = $1 ORDER BY id LIMIT $2`, string(Deleted), limit)
+	if err != nil {
+		return nil, fmt.Errorf("list deleted streams: %w", err)
+	}
+	return ss, nil
+}
+
+// PurgeStreams removes DELETED stream rows (their files already gone).
+func (r *Repo) PurgeStreams(ctx context.Context, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	err := r.withTx(ctx, func(tx *sql.Tx) error {
+		for _, id := range ids {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM streams WHERE id = $1 AND status = $2`, id, string(Deleted)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("purge %d deleted streams: %w", len(ids), err)
+	}
+	return nil
+}
+
+// maxErrorLog bounds the error log kept per forward.
+const maxErrorLog = 16 << 10
+
+// ForwardAttemptFailed records a failed attempt: f's Attempts, FirstMs,
+// LastMs, NextMs, State, LastStatus and Error are stored and logLine is
+// appended to its error log (the oldest lines are dropped beyond a bound).
+func (r *Repo) ForwardAttemptFailed(ctx context.Context, f Forward, logLine string) error {
+	err := r.withTx(ctx, func(tx *sql.Tx) error {
+		var log string
+		if err := tx.QueryRowContext(ctx, `SELECT error_log FROM proxy_forwards WHERE aggregate_id = $1 AND destination = $2`,
+			f.ID, f.Destination).Scan(&log); err != nil {
+			if err == sql.ErrNoRows {
+				return fmt.Errorf("aggregate %d for %q: %w", f.ID, f.Destination, ErrNotFound)
+			}
+			return err
+		}
+		log += logLine + "\n"
+		if len(log) > maxErrorLog {
+			log = log[len(log)-maxErrorLog:]
+			if i := strings.IndexByte(log, '\n'); i >= 0 {
+				log = log[i+1:]
+			}
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE proxy_forwards SET state = $1, attempts = $2, first_ms = $3, last_ms = $4,
+			next_ms = $5, last_status = $6, error = $7, error_log = $8 WHERE aggregate_id = $9 AND destination = $10`,
+			string(f.State), f.Attempts, f.FirstMs, f.LastMs, f.NextMs, f.LastStatus, f.Error, log, f.ID, f.Destination)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("record failed attempt of aggregate %d for %q: %w", f.ID, f.Destination, err)
+	}
+	return nil
+}
+
+// ForwardFilter selects forwards to list.
+type ForwardFilter struct {
+	Destination string       // "" for all
+	State       ForwardState // "" for all
+	Retrying    bool         // only queued forwards that failed before
+	Limit       int          // 0: 1000
+}
+
+// ListForwards lists forwards, oldest aggregate first.
+func (r *Repo) ListForwards(ctx context.Context, f ForwardFilter) ([]Forward, error) {
+	var where []string
+	var args []any
+	if f.Destination != "" {
+		args = append(args, f.Destination)
+		where = append(where, fmt.Sprintf("f.destination = $%d", len(args)))
+	}
+	if f.State != "" {
+		args = append(args, string(f.State))
+		where = append(where, fmt.Sprintf("f.state = $%d", len(args)))
+	}
+	if f.Retrying {
+		where = append(where, "f.attempts > 0")
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 1000
+	}
+	args = append(args, limit)
+	q := `SELECT ` + forwardColumns + ` FROM proxy_forwards f JOIN proxy_aggregates a ON a.id = f.aggregate_id`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += fmt.Sprintf(" ORDER BY f.aggregate_id, f.destination LIMIT $%d", len(args))
+	fs, err := queryAll(ctx, r.db, scanForward, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list forwards: %w", err)
+	}
+	return fs, nil
+}
+
+// ForwardSummary counts what waits for one destination in one state.
+type ForwardSummary struct {
+	Destination string
+	State       ForwardState
+	Retrying    bool // queued after at least one failure
+	Count       int64
+	Bytes       int64 // uncompressed data bytes
+	OldestMs    int64 // close time of the oldest aggregate
+}
+
+// SummariseForwards counts forwards per destination and state.
+func (r *Repo) SummariseForwards(ctx context.Context) ([]ForwardSummary, error) {
+	ss, err := queryAll(ctx, r.db, func(s rowScanner) (ForwardSummary, error) {
+		var v ForwardSummary
+		var state string
+		var retrying int
+		err := s.Scan(&v.Destination, &state, &retrying, &v.Count, &v.Bytes, &v.OldestMs)
+		v.State, v.Retrying = ForwardState(state), retrying != 0
+		return v, err
+	}, `SELECT f.destination, f.state, CASE WHEN f.attempts > 0 THEN 1 ELSE 0 END,
+		COUNT(*), COALESCE(SUM(a.bytes), 0), COALESCE(MIN(a.close_ms), 0)
+		FROM proxy_forwards f JOIN proxy_aggregates a ON a.id = f.aggregate_id
+		GROUP BY f.destination, f.state, CASE WHEN f.attempts > 0 THEN 1 ELSE 0 END
+		ORDER BY 1, 2, 3`)
+	if err != nil {
+		return nil, fmt.Errorf("summarise forwards: %w", err)
+	}
+	return ss, nil
+}
+
+// ReplayForwards moves failed forwards of destination back to the queue,
+// due at nowMs with a fresh retry budget: the given aggregates, or every
+// failed one when ids is empty. It returns how many moved.
+func (r *Repo) ReplayForwards(ctx context.Context, destination string, ids []int64, nowMs int64) (int64, error) {
+	var n int64
+	err := r.withTx(ctx, func(tx *sql.Tx) error {
+		q := `UPDATE proxy_forwards SET state = $1, attempts = 0, first_ms = 0, next_ms = $2 WHERE destination = $3 AND state = $4`
+		args := []any{string(ForwardQueued), nowMs, destination, string(ForwardFailed)}
+		if len(ids) == 0 {
+			res, err := tx.ExecContext(ctx, q, args...)
+			if err != nil {
+				return err
+			}
+			n, err = res.RowsAffected()
+			return err
+		}
+		for _, id := range ids {
+			res, err := tx.ExecContext(ctx, q+` AND aggregate_id = $5`, append(args, id)...)
+			if err != nil {
+				return err
+			}
+			c, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			n += c
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("replay failed forwards of %q: %w", destination, err)
+	}
+	return n, nil
+}
+
+// PendingBytes is the stored size of every stream not yet forwarded
+// everywhere (what the proxy's repository holds).
+func (r *Repo) PendingBytes(ctx context.Context) (int64, error) {
+	var n int64
+	if err := r.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(file_size), 0) FROM streams WHERE status <> $1`, string(Deleted)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("sum pending bytes: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,196 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"time"
+
+	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/meta"
+)
+
+// aggregator puts complete streams into aggregates and closes them. It
+// finds its work in the database (complete streams in no aggregate), so a
+// post committed just before a crash is picked up after the restart with
+// nothing else to recover.
+type aggregator struct {
+	p            *Proxy
+	cfg          config.Aggregator
+	open         map[[2]string]*meta.Aggregate // by feed and type (exact, case-sensitive)
+	since        int64                         // streams completed before this are all assigned
+	nextFullScan time.Time
+	notify       chan struct{}
+}
+
+// batchLimit is how many streams one aggregator transaction takes.
+const batchLimit = 512
+
+// sinceMargin is how far behind the newest pass the stream scan starts:
+// streams are completed in commit order, by one committer, so a margin
+// only has to cover clock steps.
+const sinceMargin = 10 * time.Second
+
+func newAggregator(p *Proxy, cfg config.Aggregator) *aggregator {
+	return &aggregator{p: p, cfg: cfg, notify: make(chan struct{}, 1)}
+}
+
+// wake asks for a pass soon (a post was stored).
+func (g *aggregator) wake() {
+	select {
+	case g.notify <- struct{}{}:
+	default:
+	}
+}
+
+// tick is how often aggregates are checked for age: often enough that an
+// aggregate closes within a second of its time (the reference system
+// checks every 10 seconds).
+func (g *aggregator) tick() time.Duration {
+	t := g.cfg.AggregationFrequency.D() / 4
+	return min(max(t, 10*time.Millisecond), time.Second)
+}
+
+func (g *aggregator) run(ctx context.Context) {
+	t := time.NewTicker(g.tick())
+	defer t.Stop()
+	for {
+		more, err := g.pass(ctx)
+		if err != nil && ctx.Err() == nil {
+			g.p.log.Error("aggregation failed; retrying", "err", err)
+			g.open = nil // reload from the database: memory may be ahead of it
+			more = false
+		}
+		if more {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.notify:
+		case <-t.C:
+		}
+	}
+}
+
+// pass assigns one batch of waiting streams and closes what is full or
+// old. It reports whether more streams are waiting.
+func (g *aggregator) pass(ctx context.Context) (bool, error) {
+	repo := g.p.repo
+	if g.open == nil {
+		open, err := repo.OpenAggregates(ctx)
+		if err != nil {
+			return false, err
+		}
+		g.open = make(map[[2]string]*meta.Aggregate, len(open))
+		for i := range open {
+			a := open[i]
+			g.open[[2]string{a.Feed, a.Type}] = &a
+		}
+	}
+	now := g.p.now()
+	nowMs := now.UnixMilli()
+	if now.After(g.nextFullScan) {
+		// Now and then look at every waiting stream, not only recent ones,
+		// in case a commit took longer than the margin.
+		g.since, g.nextFullScan = 0, now.Add(time.Minute)
+	}
+	streams, err := repo.UnaggregatedStreams(ctx, g.since, batchLimit)
+	if err != nil {
+		return false, err
+	}
+	b := &meta.AggregationBatch{Destinations: g.p.destinationNames()}
+	saved := map[*meta.Aggregate]bool{}
+	var reasons []string
+	closeAgg := func(a *meta.Aggregate, reason string) {
+		a.CloseMs = nowMs
+		b.Close = append(b.Close, a)
+		delete(g.open, [2]string{a.Feed, a.Type})
+		reasons = append(reasons, reason)
+	}
+	maxItems, maxBytes := g.cfg.MaxItemsPerAggregate, int64(g.cfg.MaxUncompressedByteSize)
+	for _, s := range streams {
+		parts := max(s.Parts, 1)
+		key := [2]string{s.Feed, s.Type}
+		a := g.open[key]
+		if !g.cfg.Enabled {
+			a = nil
+		}
+		// A stream is never split: when it does not fit, the aggregate
+		// closes first and the stream starts the next (alone, if it is
+		// bigger than the limits by itself).
+		if a != nil && a.Items > 0 && (a.Items+parts > maxItems || a.Bytes+s.RawSize > maxBytes) {
+			closeAgg(a, "full")
+			a = nil
+		}
+		if a == nil {
+			a = &meta.Aggregate{Feed: s.Feed, Type: s.Type, GUID: newGUID(), Open: true, CreateMs: nowMs}
+			b.New = append(b.New, a)
+			g.open[key] = a
+		}
+		a.Items += parts
+		a.Bytes += s.RawSize
+		b.Items = append(b.Items, meta.AggregateItem{Aggregate: a, StreamID: s.ID})
+		saved[a] = true
+		switch {
+		case !g.cfg.Enabled:
+			closeAgg(a, "unaggregated")
+		case a.Items >= maxItems:
+			closeAgg(a, "items")
+		case a.Bytes >= maxBytes:
+			closeAgg(a, "bytes")
+		}
+	}
+	for _, a := range g.open {
+		if now.Sub(time.UnixMilli(a.CreateMs)) >= g.cfg.AggregationFrequency.D() {
+			closeAgg(a, "age")
+		}
+	}
+	for a := range saved {
+		if a.Open && !contains(b.Close, a) {
+			b.Save = append(b.Save, a)
+		}
+	}
+	if len(b.New)+len(b.Items)+len(b.Close) == 0 {
+		g.advance(now, len(streams))
+		return false, nil
+	}
+	if err := repo.ApplyAggregation(ctx, b); err != nil {
+		return false, fmt.Errorf("aggregate %d streams: %w", len(streams), err)
+	}
+	for i, a := range b.Close {
+		g.p.metrics.closed(reasons[i])
+		g.p.log.Debug("aggregate closed", "aggregate", a.ID, "feed", a.Feed, "type", a.Type,
+			"items", a.Items, "bytes", a.Bytes, "reason", reasons[i])
+	}
+	if len(b.Close) > 0 {
+		g.p.wakeForwarders()
+	}
+	g.advance(now, len(streams))
+	return len(streams) == batchLimit, nil
+}
+
+// advance moves the scan start once every stream before it is assigned.
+func (g *aggregator) advance(now time.Time, found int) {
+	if found < batchLimit {
+		g.since = max(g.since, now.Add(-sinceMargin).UnixMilli())
+	}
+}
+
+func contains(as []*meta.Aggregate, a *meta.Aggregate) bool {
+	for _, x := range as {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+// newGUID is a random UUID (version 4) naming an aggregate to downstreams.
+func newGUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}

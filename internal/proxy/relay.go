@@ -1,0 +1,102 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/weirhq/weir/internal/attr"
+	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/receive"
+)
+
+// HTTPDestination forwards aggregates to a downstream /datafeed.
+type HTTPDestination struct {
+	name   string
+	sender *HTTPSender
+	cfg    config.HTTPDestination
+}
+
+// NewHTTPDestination builds an HTTP destination.
+func NewHTTPDestination(cfg config.HTTPDestination, userAgent string) (*HTTPDestination, error) {
+	s, err := NewHTTPSender(cfg, userAgent)
+	if err != nil {
+		return nil, err
+	}
+	return &HTTPDestination{name: cfg.Name, sender: s, cfg: cfg}, nil
+}
+
+func (d *HTTPDestination) Name() string                   { return d.name }
+func (d *HTTPDestination) Target() string                 { return d.sender.URL() }
+func (d *HTTPDestination) HasLiveness() bool              { return d.cfg.LivenessCheckURL != "" }
+func (d *HTTPDestination) Live(ctx context.Context) error { return d.sender.Live(ctx) }
+
+// Sender is the destination's HTTP client.
+func (d *HTTPDestination) Sender() *HTTPSender { return d.sender }
+
+// Send posts the aggregate as a zip (Compression: ZIP) with its common
+// allow-listed attributes as headers.
+func (d *HTTPDestination) Send(ctx context.Context, _ meta.Aggregate, attrs *attr.Map, write func(io.Writer) error) Outcome {
+	r := d.sender.PostStream(ctx, d.sender.Headers(attrs, "ZIP"), write)
+	return outcomeOf(r)
+}
+
+func outcomeOf(r Result) Outcome {
+	return Outcome{OK: r.OK(), Permanent: r.Permanent(), HTTPStatus: r.HTTPStatus, Code: r.Code, Message: r.Message,
+		Receipt: r.Receipt, RetryAfter: r.RetryAfter, Bytes: r.Bytes, Duration: r.Duration, Err: r.Err}
+}
+
+// Instant relays each post to one downstream during its request (the
+// instant forwarding mode): nothing is stored, and the downstream's answer
+// is the sender's. Unlike the reference proxy, the downstream's status
+// code reaches the sender as it is (not as 999), and this hop's ReceiptId
+// and ReceiptIdPath go along as headers, so the stored stream still shows
+// the whole path.
+type Instant struct {
+	dest *HTTPDestination
+}
+
+// NewInstant builds the relay for an instant destination.
+func NewInstant(d *HTTPDestination) *Instant { return &Instant{dest: d} }
+
+// receiptHeaders travel with a relayed post so that the next hop appends
+// to the path instead of starting one.
+var receiptHeaders = []string{attr.KeyReceiptID, attr.KeyReceiptIDPath}
+
+// Relay implements receive.Relay.
+func (in *Instant) Relay(ctx context.Context, attrs *attr.Map, compression, contentEncoding string, body io.Reader) (string, error) {
+	s := in.dest.sender
+	h := s.Headers(attrs, compression)
+	for _, k := range receiptHeaders {
+		if v := attrs.Value(k); v != "" {
+			h.Set(k, v)
+		}
+	}
+	if contentEncoding != "" {
+		h.Set("Content-Encoding", contentEncoding)
+	}
+	r := s.Post(ctx, h, body)
+	switch {
+	case r.OK():
+		return r.Receipt, nil
+	case r.Err != nil:
+		return "", receive.Unreachable(r.Err, fmt.Sprintf("the downstream %s did not answer: %v", in.dest.name, r.Err))
+	case r.HTTPStatus == http.StatusServiceUnavailable:
+		return "", receive.Unreachable(nil, fmt.Sprintf("the downstream %s is unavailable: %s", in.dest.name, r.Message))
+	}
+	return "", receive.Refusal(r.Code, fmt.Sprintf("the downstream %s refused the data: %s", in.dest.name, r.Message))
+}
+
+// AuthHeader is the Authorization header the sender sends downstream, or
+// nil without credentials (for feed status questions to the same place).
+func (s *HTTPSender) AuthHeader() http.Header {
+	if s.authz == "" {
+		return nil
+	}
+	return http.Header{"Authorization": []string{s.authz}}
+}
+
+// Client is the sender's HTTP client (its TLS settings and connections).
+func (s *HTTPSender) Client() *http.Client { return s.client }
