@@ -96,6 +96,7 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 	s.api.UseMiddleware(s.limit, s.authenticate)
 	s.registerAccount()
 	s.registerFeeds()
+	s.registerFeedStatus()
 	s.registerStreams()
 	s.registerAPIKeys()
 	s.registerAdmin()

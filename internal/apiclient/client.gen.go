@@ -237,6 +237,27 @@ func (e FeedReplacementStatus) Valid() bool {
 	}
 }
 
+// Defines values for FeedStatusAnswerStatus.
+const (
+	FeedStatusAnswerStatusDrop    FeedStatusAnswerStatus = "Drop"
+	FeedStatusAnswerStatusReceive FeedStatusAnswerStatus = "Receive"
+	FeedStatusAnswerStatusReject  FeedStatusAnswerStatus = "Reject"
+)
+
+// Valid indicates whether the value is a known member of the FeedStatusAnswerStatus enum.
+func (e FeedStatusAnswerStatus) Valid() bool {
+	switch e {
+	case FeedStatusAnswerStatusDrop:
+		return true
+	case FeedStatusAnswerStatusReceive:
+		return true
+	case FeedStatusAnswerStatusReject:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for FeedStatusInputBodyStatus.
 const (
 	FeedStatusInputBodyStatusDROP    FeedStatusInputBodyStatus = "DROP"
@@ -960,6 +981,29 @@ type FeedReplacement struct {
 // FeedReplacementStatus defines model for FeedReplacement.Status.
 type FeedReplacementStatus string
 
+// FeedStatusAnswer defines model for FeedStatusAnswer.
+type FeedStatusAnswer struct {
+	// Schema A URL to the JSON Schema for this object.
+	//
+	// Example: https://example.com/schemas/FeedStatusAnswer.json
+	Schema *string `json:"$schema,omitempty"`
+
+	// Message Why, in words, as a refused post's Service-Error says it.
+	Message string `json:"message"`
+
+	// Status Receive: a post is stored. Reject: a post is refused with statusCode. Drop: a post is answered 200 and discarded. Spelled as the reference system spells them.
+	Status FeedStatusAnswerStatus `json:"status"`
+
+	// StatusCode The datafeed status code a post would get: 0 with Receive and Drop, otherwise the Service-Status of the refusal (100, 101, 102, 103, 110, 113, 120).
+	StatusCode int64 `json:"statusCode"`
+
+	// StroomStatusCode The code as the reference system's StroomStatusCode enum constant: OK, FEED_MUST_BE_SPECIFIED (100), FEED_IS_NOT_DEFINED (101), INVALID_TYPE (102), MISSING_MANDATORY_HEADER (103), FEED_IS_NOT_SET_TO_RECEIVE_DATA (110), REJECTED_BY_POLICY_RULES (113), UNEXPECTED_DATA_TYPE (120), ...; a code the reference system does not have is UNKNOWN_ERROR.
+	StroomStatusCode string `json:"stroomStatusCode"`
+}
+
+// FeedStatusAnswerStatus Receive: a post is stored. Reject: a post is refused with statusCode. Drop: a post is answered 200 and discarded. Spelled as the reference system spells them.
+type FeedStatusAnswerStatus string
+
 // FeedStatusInputBody defines model for FeedStatusInputBody.
 type FeedStatusInputBody struct {
 	// Schema A URL to the JSON Schema for this object.
@@ -974,6 +1018,37 @@ type FeedStatusInputBody struct {
 
 // FeedStatusInputBodyStatus defines model for FeedStatusInputBody.Status.
 type FeedStatusInputBodyStatus string
+
+// FeedStatusQuery defines model for FeedStatusQuery.
+type FeedStatusQuery struct {
+	// Schema A URL to the JSON Schema for this object.
+	//
+	// Example: https://example.com/schemas/FeedStatusQuery.json
+	Schema *string `json:"$schema,omitempty"`
+
+	// AttributeMap The post's attributes (headers), as the checks see them; Type, for instance, is checked against receive.metaTypes. Feed is replaced by feedName, UploadUserId and UploadUsername by userDesc.
+	AttributeMap *map[string]string `json:"attributeMap,omitempty"`
+
+	// FeedName The feed. Missing or blank: the answer is Reject with 100 (FEED_MUST_BE_SPECIFIED), not a 422, as the reference system answers; no feed name is generated.
+	FeedName             *string                `json:"feedName,omitempty"`
+	UserDesc             *UserDesc              `json:"userDesc,omitempty"`
+	AdditionalProperties map[string]interface{} `json:"-"`
+}
+
+// FeedStatusQueryV1 defines model for FeedStatusQueryV1.
+type FeedStatusQueryV1 struct {
+	// Schema A URL to the JSON Schema for this object.
+	//
+	// Example: https://example.com/schemas/FeedStatusQueryV1.json
+	Schema *string `json:"$schema,omitempty"`
+
+	// FeedName The feed. Missing or blank: the answer is Reject with 100 (FEED_MUST_BE_SPECIFIED).
+	FeedName *string `json:"feedName,omitempty"`
+
+	// SenderDn The sender's certificate DN; becomes the RemoteDN attribute.
+	SenderDn             *string                `json:"senderDn,omitempty"`
+	AdditionalProperties map[string]interface{} `json:"-"`
+}
 
 // FeedsOutputBody defines model for FeedsOutputBody.
 type FeedsOutputBody struct {
@@ -1336,6 +1411,19 @@ type User struct {
 	Version int64 `json:"version"`
 }
 
+// UserDesc defines model for UserDesc.
+type UserDesc struct {
+	// DisplayName The sender's name; becomes the UploadUsername attribute.
+	DisplayName *string `json:"displayName,omitempty"`
+
+	// FullName Not used.
+	FullName *string `json:"fullName,omitempty"`
+
+	// SubjectId The sender's identity; becomes the UploadUserId attribute.
+	SubjectId            *string                `json:"subjectId,omitempty"`
+	AdditionalProperties map[string]interface{} `json:"-"`
+}
+
 // UserDetail defines model for UserDetail.
 type UserDetail struct {
 	// Schema A URL to the JSON Schema for this object.
@@ -1585,6 +1673,12 @@ type CreateDatafeedKeyJSONRequestBody = CreateDataFeedKeyInputBody
 // ExportStreamsJSONRequestBody defines body for ExportStreams for application/json ContentType.
 type ExportStreamsJSONRequestBody = ExportInputBody
 
+// GetFeedStatusV1JSONRequestBody defines body for GetFeedStatusV1 for application/json ContentType.
+type GetFeedStatusV1JSONRequestBody = FeedStatusQueryV1
+
+// GetFeedStatusJSONRequestBody defines body for GetFeedStatus for application/json ContentType.
+type GetFeedStatusJSONRequestBody = FeedStatusQuery
+
 // CreateFeedJSONRequestBody defines body for CreateFeed for application/json ContentType.
 type CreateFeedJSONRequestBody = CreateFeedInputBody
 
@@ -1617,6 +1711,315 @@ type ReplaceUserJSONRequestBody = UserReplacement
 
 // SetFeedPermissionJSONRequestBody defines body for SetFeedPermission for application/json ContentType.
 type SetFeedPermissionJSONRequestBody = FeedLevelInputBody
+
+// Getter for additional properties for FeedStatusQuery. Returns the specified
+// element and whether it was found
+func (a FeedStatusQuery) Get(fieldName string) (value interface{}, found bool) {
+	if a.AdditionalProperties != nil {
+		value, found = a.AdditionalProperties[fieldName]
+	}
+	return
+}
+
+// Setter for additional properties for FeedStatusQuery
+func (a *FeedStatusQuery) Set(fieldName string, value interface{}) {
+	if a.AdditionalProperties == nil {
+		a.AdditionalProperties = make(map[string]interface{})
+	}
+	a.AdditionalProperties[fieldName] = value
+}
+
+// Override default JSON handling for FeedStatusQuery to handle AdditionalProperties
+func (a *FeedStatusQuery) UnmarshalJSON(b []byte) error {
+	object := make(map[string]json.RawMessage)
+	err := json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["$schema"]; found {
+		err = json.Unmarshal(raw, &a.Schema)
+		if err != nil {
+			return fmt.Errorf("error reading '$schema': %w", err)
+		}
+		delete(object, "$schema")
+	}
+
+	if raw, found := object["attributeMap"]; found {
+		err = json.Unmarshal(raw, &a.AttributeMap)
+		if err != nil {
+			return fmt.Errorf("error reading 'attributeMap': %w", err)
+		}
+		delete(object, "attributeMap")
+	}
+
+	if raw, found := object["feedName"]; found {
+		err = json.Unmarshal(raw, &a.FeedName)
+		if err != nil {
+			return fmt.Errorf("error reading 'feedName': %w", err)
+		}
+		delete(object, "feedName")
+	}
+
+	if raw, found := object["userDesc"]; found {
+		err = json.Unmarshal(raw, &a.UserDesc)
+		if err != nil {
+			return fmt.Errorf("error reading 'userDesc': %w", err)
+		}
+		delete(object, "userDesc")
+	}
+
+	if len(object) != 0 {
+		a.AdditionalProperties = make(map[string]interface{})
+		for fieldName, fieldBuf := range object {
+			var fieldVal interface{}
+			err := json.Unmarshal(fieldBuf, &fieldVal)
+			if err != nil {
+				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
+			}
+			a.AdditionalProperties[fieldName] = fieldVal
+		}
+	}
+	return nil
+}
+
+// Override default JSON handling for FeedStatusQuery to handle AdditionalProperties
+func (a FeedStatusQuery) MarshalJSON() ([]byte, error) {
+	var err error
+	object := make(map[string]json.RawMessage)
+
+	if a.Schema != nil {
+		object["$schema"], err = json.Marshal(a.Schema)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling '$schema': %w", err)
+		}
+	}
+
+	if a.AttributeMap != nil {
+		object["attributeMap"], err = json.Marshal(a.AttributeMap)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'attributeMap': %w", err)
+		}
+	}
+
+	if a.FeedName != nil {
+		object["feedName"], err = json.Marshal(a.FeedName)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'feedName': %w", err)
+		}
+	}
+
+	if a.UserDesc != nil {
+		object["userDesc"], err = json.Marshal(a.UserDesc)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'userDesc': %w", err)
+		}
+	}
+
+	for fieldName, field := range a.AdditionalProperties {
+		object[fieldName], err = json.Marshal(field)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
+		}
+	}
+	return json.Marshal(object)
+}
+
+// Getter for additional properties for FeedStatusQueryV1. Returns the specified
+// element and whether it was found
+func (a FeedStatusQueryV1) Get(fieldName string) (value interface{}, found bool) {
+	if a.AdditionalProperties != nil {
+		value, found = a.AdditionalProperties[fieldName]
+	}
+	return
+}
+
+// Setter for additional properties for FeedStatusQueryV1
+func (a *FeedStatusQueryV1) Set(fieldName string, value interface{}) {
+	if a.AdditionalProperties == nil {
+		a.AdditionalProperties = make(map[string]interface{})
+	}
+	a.AdditionalProperties[fieldName] = value
+}
+
+// Override default JSON handling for FeedStatusQueryV1 to handle AdditionalProperties
+func (a *FeedStatusQueryV1) UnmarshalJSON(b []byte) error {
+	object := make(map[string]json.RawMessage)
+	err := json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["$schema"]; found {
+		err = json.Unmarshal(raw, &a.Schema)
+		if err != nil {
+			return fmt.Errorf("error reading '$schema': %w", err)
+		}
+		delete(object, "$schema")
+	}
+
+	if raw, found := object["feedName"]; found {
+		err = json.Unmarshal(raw, &a.FeedName)
+		if err != nil {
+			return fmt.Errorf("error reading 'feedName': %w", err)
+		}
+		delete(object, "feedName")
+	}
+
+	if raw, found := object["senderDn"]; found {
+		err = json.Unmarshal(raw, &a.SenderDn)
+		if err != nil {
+			return fmt.Errorf("error reading 'senderDn': %w", err)
+		}
+		delete(object, "senderDn")
+	}
+
+	if len(object) != 0 {
+		a.AdditionalProperties = make(map[string]interface{})
+		for fieldName, fieldBuf := range object {
+			var fieldVal interface{}
+			err := json.Unmarshal(fieldBuf, &fieldVal)
+			if err != nil {
+				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
+			}
+			a.AdditionalProperties[fieldName] = fieldVal
+		}
+	}
+	return nil
+}
+
+// Override default JSON handling for FeedStatusQueryV1 to handle AdditionalProperties
+func (a FeedStatusQueryV1) MarshalJSON() ([]byte, error) {
+	var err error
+	object := make(map[string]json.RawMessage)
+
+	if a.Schema != nil {
+		object["$schema"], err = json.Marshal(a.Schema)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling '$schema': %w", err)
+		}
+	}
+
+	if a.FeedName != nil {
+		object["feedName"], err = json.Marshal(a.FeedName)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'feedName': %w", err)
+		}
+	}
+
+	if a.SenderDn != nil {
+		object["senderDn"], err = json.Marshal(a.SenderDn)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'senderDn': %w", err)
+		}
+	}
+
+	for fieldName, field := range a.AdditionalProperties {
+		object[fieldName], err = json.Marshal(field)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
+		}
+	}
+	return json.Marshal(object)
+}
+
+// Getter for additional properties for UserDesc. Returns the specified
+// element and whether it was found
+func (a UserDesc) Get(fieldName string) (value interface{}, found bool) {
+	if a.AdditionalProperties != nil {
+		value, found = a.AdditionalProperties[fieldName]
+	}
+	return
+}
+
+// Setter for additional properties for UserDesc
+func (a *UserDesc) Set(fieldName string, value interface{}) {
+	if a.AdditionalProperties == nil {
+		a.AdditionalProperties = make(map[string]interface{})
+	}
+	a.AdditionalProperties[fieldName] = value
+}
+
+// Override default JSON handling for UserDesc to handle AdditionalProperties
+func (a *UserDesc) UnmarshalJSON(b []byte) error {
+	object := make(map[string]json.RawMessage)
+	err := json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["displayName"]; found {
+		err = json.Unmarshal(raw, &a.DisplayName)
+		if err != nil {
+			return fmt.Errorf("error reading 'displayName': %w", err)
+		}
+		delete(object, "displayName")
+	}
+
+	if raw, found := object["fullName"]; found {
+		err = json.Unmarshal(raw, &a.FullName)
+		if err != nil {
+			return fmt.Errorf("error reading 'fullName': %w", err)
+		}
+		delete(object, "fullName")
+	}
+
+	if raw, found := object["subjectId"]; found {
+		err = json.Unmarshal(raw, &a.SubjectId)
+		if err != nil {
+			return fmt.Errorf("error reading 'subjectId': %w", err)
+		}
+		delete(object, "subjectId")
+	}
+
+	if len(object) != 0 {
+		a.AdditionalProperties = make(map[string]interface{})
+		for fieldName, fieldBuf := range object {
+			var fieldVal interface{}
+			err := json.Unmarshal(fieldBuf, &fieldVal)
+			if err != nil {
+				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
+			}
+			a.AdditionalProperties[fieldName] = fieldVal
+		}
+	}
+	return nil
+}
+
+// Override default JSON handling for UserDesc to handle AdditionalProperties
+func (a UserDesc) MarshalJSON() ([]byte, error) {
+	var err error
+	object := make(map[string]json.RawMessage)
+
+	if a.DisplayName != nil {
+		object["displayName"], err = json.Marshal(a.DisplayName)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'displayName': %w", err)
+		}
+	}
+
+	if a.FullName != nil {
+		object["fullName"], err = json.Marshal(a.FullName)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'fullName': %w", err)
+		}
+	}
+
+	if a.SubjectId != nil {
+		object["subjectId"], err = json.Marshal(a.SubjectId)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'subjectId': %w", err)
+		}
+	}
+
+	for fieldName, field := range a.AdditionalProperties {
+		object[fieldName], err = json.Marshal(field)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
+		}
+	}
+	return json.Marshal(object)
+}
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -1807,6 +2210,54 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /exports (the `ExportStreams` operationId).
 	ExportStreams(ctx context.Context, body ExportStreamsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetFeedStatusV1WithBody Ask whether a feed receives data (legacy)
+	//
+	// The legacy form of `POST /feedStatus/v2/getFeedStatus`, for older proxies: the feed and the sender's certificate DN instead of a user and attributes. The answer is the same.
+	//
+	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+	//
+	// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /feedStatus/v1/getFeedStatus (the `GetFeedStatusV1` operationId).
+	GetFeedStatusV1WithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetFeedStatusV1 Ask whether a feed receives data (legacy)
+	//
+	// The legacy form of `POST /feedStatus/v2/getFeedStatus`, for older proxies: the feed and the sender's certificate DN instead of a user and attributes. The answer is the same.
+	//
+	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+	//
+	// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /feedStatus/v1/getFeedStatus (the `GetFeedStatusV1` operationId).
+	GetFeedStatusV1(ctx context.Context, body GetFeedStatusV1JSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetFeedStatusWithBody Ask whether a feed receives data
+	//
+	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+	//
+	// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /feedStatus/v2/getFeedStatus (the `GetFeedStatus` operationId).
+	GetFeedStatusWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetFeedStatus Ask whether a feed receives data
+	//
+	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+	//
+	// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /feedStatus/v2/getFeedStatus (the `GetFeedStatus` operationId).
+	GetFeedStatus(ctx context.Context, body GetFeedStatusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListFeeds List feeds
 	//
@@ -2444,6 +2895,94 @@ func (c *Client) ExportStreamsWithBody(ctx context.Context, contentType string, 
 // Corresponds with POST /exports (the `ExportStreams` operationId).
 func (c *Client) ExportStreams(ctx context.Context, body ExportStreamsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewExportStreamsRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetFeedStatusV1WithBody Ask whether a feed receives data (legacy)
+//
+// The legacy form of `POST /feedStatus/v2/getFeedStatus`, for older proxies: the feed and the sender's certificate DN instead of a user and attributes. The answer is the same.
+//
+// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+//
+// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /feedStatus/v1/getFeedStatus (the `GetFeedStatusV1` operationId).
+func (c *Client) GetFeedStatusV1WithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetFeedStatusV1RequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetFeedStatusV1 Ask whether a feed receives data (legacy)
+//
+// The legacy form of `POST /feedStatus/v2/getFeedStatus`, for older proxies: the feed and the sender's certificate DN instead of a user and attributes. The answer is the same.
+//
+// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+//
+// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /feedStatus/v1/getFeedStatus (the `GetFeedStatusV1` operationId).
+func (c *Client) GetFeedStatusV1(ctx context.Context, body GetFeedStatusV1JSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetFeedStatusV1Request(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetFeedStatusWithBody Ask whether a feed receives data
+//
+// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+//
+// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /feedStatus/v2/getFeedStatus (the `GetFeedStatus` operationId).
+func (c *Client) GetFeedStatusWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetFeedStatusRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetFeedStatus Ask whether a feed receives data
+//
+// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+//
+// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /feedStatus/v2/getFeedStatus (the `GetFeedStatus` operationId).
+func (c *Client) GetFeedStatus(ctx context.Context, body GetFeedStatusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetFeedStatusRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4097,6 +4636,86 @@ func NewExportStreamsRequestWithBody(server string, contentType string, body io.
 	}
 
 	operationPath := fmt.Sprintf("/exports")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetFeedStatusV1Request calls the generic GetFeedStatusV1 builder with application/json body
+func NewGetFeedStatusV1Request(server string, body GetFeedStatusV1JSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewGetFeedStatusV1RequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewGetFeedStatusV1RequestWithBody constructs an http.Request for the GetFeedStatusV1 method, with any body, and a specified content type
+func NewGetFeedStatusV1RequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/feedStatus/v1/getFeedStatus")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetFeedStatusRequest calls the generic GetFeedStatus builder with application/json body
+func NewGetFeedStatusRequest(server string, body GetFeedStatusJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewGetFeedStatusRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewGetFeedStatusRequestWithBody constructs an http.Request for the GetFeedStatus method, with any body, and a specified content type
+func NewGetFeedStatusRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/feedStatus/v2/getFeedStatus")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -5961,6 +6580,54 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /exports (the `ExportStreams` operationId).
 	ExportStreamsWithResponse(ctx context.Context, body ExportStreamsJSONRequestBody, reqEditors ...RequestEditorFn) (*ExportStreamsResponse, error)
 
+	// GetFeedStatusV1WithBodyWithResponse Ask whether a feed receives data (legacy)
+	//
+	// The legacy form of `POST /feedStatus/v2/getFeedStatus`, for older proxies: the feed and the sender's certificate DN instead of a user and attributes. The answer is the same.
+	//
+	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+	//
+	// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /feedStatus/v1/getFeedStatus (the `GetFeedStatusV1` operationId).
+	GetFeedStatusV1WithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*GetFeedStatusV1Response, error)
+
+	// GetFeedStatusV1WithResponse Ask whether a feed receives data (legacy)
+	//
+	// The legacy form of `POST /feedStatus/v2/getFeedStatus`, for older proxies: the feed and the sender's certificate DN instead of a user and attributes. The answer is the same.
+	//
+	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+	//
+	// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /feedStatus/v1/getFeedStatus (the `GetFeedStatusV1` operationId).
+	GetFeedStatusV1WithResponse(ctx context.Context, body GetFeedStatusV1JSONRequestBody, reqEditors ...RequestEditorFn) (*GetFeedStatusV1Response, error)
+
+	// GetFeedStatusWithBodyWithResponse Ask whether a feed receives data
+	//
+	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+	//
+	// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /feedStatus/v2/getFeedStatus (the `GetFeedStatus` operationId).
+	GetFeedStatusWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*GetFeedStatusResponse, error)
+
+	// GetFeedStatusWithResponse Ask whether a feed receives data
+	//
+	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+	//
+	// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /feedStatus/v2/getFeedStatus (the `GetFeedStatus` operationId).
+	GetFeedStatusWithResponse(ctx context.Context, body GetFeedStatusJSONRequestBody, reqEditors ...RequestEditorFn) (*GetFeedStatusResponse, error)
+
 	// ListFeedsWithResponse List feeds
 	//
 	// Feeds on which the caller holds at least VIEW.
@@ -7154,6 +7821,158 @@ func (r ExportStreamsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ExportStreamsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetFeedStatusV1Response struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FeedStatusAnswer
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetFeedStatusV1Response) GetJSON200() *FeedStatusAnswer {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetFeedStatusV1Response) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetFeedStatusV1Response) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetFeedStatusV1Response) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetFeedStatusV1Response) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetFeedStatusV1Response) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetFeedStatusV1Response) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetFeedStatusV1Response) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetFeedStatusV1Response) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetFeedStatusV1Response) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetFeedStatusResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FeedStatusAnswer
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetFeedStatusResponse) GetJSON200() *FeedStatusAnswer {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetFeedStatusResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetFeedStatusResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetFeedStatusResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetFeedStatusResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetFeedStatusResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetFeedStatusResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetFeedStatusResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetFeedStatusResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetFeedStatusResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -10046,6 +10865,78 @@ func (c *ClientWithResponses) ExportStreamsWithResponse(ctx context.Context, bod
 	return ParseExportStreamsResponse(rsp)
 }
 
+// GetFeedStatusV1WithBodyWithResponse Ask whether a feed receives data (legacy)
+//
+// The legacy form of `POST /feedStatus/v2/getFeedStatus`, for older proxies: the feed and the sender's certificate DN instead of a user and attributes. The answer is the same.
+//
+// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+//
+// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /feedStatus/v1/getFeedStatus (the `GetFeedStatusV1` operationId).
+func (c *ClientWithResponses) GetFeedStatusV1WithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*GetFeedStatusV1Response, error) {
+	rsp, err := c.GetFeedStatusV1WithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetFeedStatusV1Response(rsp)
+}
+
+// GetFeedStatusV1WithResponse Ask whether a feed receives data (legacy)
+//
+// The legacy form of `POST /feedStatus/v2/getFeedStatus`, for older proxies: the feed and the sender's certificate DN instead of a user and attributes. The answer is the same.
+//
+// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+//
+// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /feedStatus/v1/getFeedStatus (the `GetFeedStatusV1` operationId).
+func (c *ClientWithResponses) GetFeedStatusV1WithResponse(ctx context.Context, body GetFeedStatusV1JSONRequestBody, reqEditors ...RequestEditorFn) (*GetFeedStatusV1Response, error) {
+	rsp, err := c.GetFeedStatusV1(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetFeedStatusV1Response(rsp)
+}
+
+// GetFeedStatusWithBodyWithResponse Ask whether a feed receives data
+//
+// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+//
+// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /feedStatus/v2/getFeedStatus (the `GetFeedStatus` operationId).
+func (c *ClientWithResponses) GetFeedStatusWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*GetFeedStatusResponse, error) {
+	rsp, err := c.GetFeedStatusWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetFeedStatusResponse(rsp)
+}
+
+// GetFeedStatusWithResponse Ask whether a feed receives data
+//
+// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+//
+// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /feedStatus/v2/getFeedStatus (the `GetFeedStatus` operationId).
+func (c *ClientWithResponses) GetFeedStatusWithResponse(ctx context.Context, body GetFeedStatusJSONRequestBody, reqEditors ...RequestEditorFn) (*GetFeedStatusResponse, error) {
+	rsp, err := c.GetFeedStatus(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetFeedStatusResponse(rsp)
+}
+
 // ListFeedsWithResponse List feeds
 //
 // Feeds on which the caller holds at least VIEW.
@@ -11614,6 +12505,128 @@ func ParseExportStreamsResponse(rsp *http.Response) (*ExportStreamsResponse, err
 			headers.Location = &value
 		}
 		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetFeedStatusV1Response parses an HTTP response from a GetFeedStatusV1WithResponse call
+func ParseGetFeedStatusV1Response(rsp *http.Response) (*GetFeedStatusV1Response, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetFeedStatusV1Response{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FeedStatusAnswer
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetFeedStatusResponse parses an HTTP response from a GetFeedStatusWithResponse call
+func ParseGetFeedStatusResponse(rsp *http.Response) (*GetFeedStatusResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetFeedStatusResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FeedStatusAnswer
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
 	}
 
 	return response, nil

@@ -201,7 +201,11 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 		if err := a.startProxy(ctx, *pcfg, node, &ro, mux, metrics); err != nil {
 			return nil, err
 		}
-		receive.New(ro).Register(mux)
+		h := receive.New(ro)
+		h.Register(mux)
+		fs := proxyFeedStatus(h, a.sec.chain, log.With("log", "feedstatus"))
+		mux.Handle("POST /api/feedStatus/v2/getFeedStatus", fs)
+		mux.Handle("POST /api/feedStatus/v1/getFeedStatus", fs)
 	} else {
 		h := receive.New(ro)
 		h.Register(mux)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/weirhq/weir/internal/app/apptest"
 	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/meta"
 )
 
 // allParts reads every part of every stream of a server.
@@ -16,6 +17,9 @@ func allParts(t *testing.T, s *apptest.Server) []storedPart {
 	t.Helper()
 	var out []storedPart
 	for _, st := range s.Streams() {
+		if st.Status != meta.Unlocked {
+			continue // still being written
+		}
 		out = append(out, storedParts(t, s, st)...)
 	}
 	return out
@@ -52,7 +56,6 @@ func TestProxyChain(t *testing.T) {
 	p2cfg.Aggregator.AggregationFrequency = config.Duration(200 * time.Millisecond)
 	p2 := apptest.StartProxy(t, p2cfg)
 	p1cfg := apptest.ProxyConfig(t, "proxy-one", p2.URL+"/datafeed")
-	p1cfg.FeedStatus.URL = main.URL + "/api/feedStatus/v2/getFeedStatus"
 	p1cfg.Aggregator.AggregationFrequency = config.Duration(200 * time.Millisecond)
 	p1 := apptest.StartProxy(t, p1cfg)
 
@@ -94,6 +97,13 @@ func TestProxyChain(t *testing.T) {
 		if p.meta.Value("System") != "sys" || p.meta.Value("Feed") != testFeed {
 			t.Errorf("stream %d: attributes lost: %v", p.stream, p.meta.Sorted())
 		}
+	}
+	// The first proxy asks the second whether a feed receives, which asks
+	// the main service: a feed the main service does not know is refused
+	// at the edge with the main service's code.
+	r := post(t, p1, []byte("x"), "Feed", "NO-SUCH-FEED")
+	if r.code != 406 || r.header.Get("Service-Status") != "110" {
+		t.Errorf("post for an unknown feed through two proxies: %d %q %q, want 406 / 110", r.code, r.header.Get("Service-Status"), r.header.Get("Service-Error"))
 	}
 	// Delivered everywhere: nothing is left at either proxy.
 	for _, p := range []*apptest.Server{p1, p2} {

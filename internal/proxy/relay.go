@@ -89,13 +89,18 @@ func (in *Instant) Relay(ctx context.Context, attrs *attr.Map, compression, cont
 	return "", receive.Refusal(r.Code, fmt.Sprintf("the downstream %s refused the data: %s", in.dest.name, r.Message))
 }
 
-// AuthHeader is the Authorization header the sender sends downstream, or
-// nil without credentials (for feed status questions to the same place).
+// AuthHeader is the credential headers the sender sends downstream (the
+// Authorization header and, with a data feed key, its owner header), or
+// nil without credentials: for feed status questions to the same place.
 func (s *HTTPSender) AuthHeader() http.Header {
 	if s.authz == "" {
 		return nil
 	}
-	return http.Header{"Authorization": []string{s.authz}}
+	h := http.Header{"Authorization": []string{s.authz}}
+	if s.ownerKey != "" {
+		h.Set(s.ownerKey, s.owner)
+	}
+	return h
 }
 
 // Client is the sender's HTTP client (its TLS settings and connections).

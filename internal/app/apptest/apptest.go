@@ -23,15 +23,15 @@ import (
 
 // Server is a running weir main service.
 type Server struct {
-	App  *app.App
-	URL  string // http://127.0.0.1:port
-	Cfg  config.Config
+	App *app.App
+	URL string // http://127.0.0.1:port
+	Cfg config.Config
 	// Proxy is the configuration of a proxy (nil for the main service).
 	Proxy *config.Proxy
 	Logs  *Logs
-	t    testing.TB
-	done chan error
-	stop func()
+	t     testing.TB
+	done  chan error
+	stop  func()
 }
 
 // Logs collects the server's JSON log lines.
