@@ -1,12 +1,14 @@
 package app_test
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/app/apptest"
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
@@ -46,12 +48,29 @@ func (r *resp) accepted(t testing.TB) string {
 	return strings.TrimSpace(r.body)
 }
 
+// proxyKey creates a user on the main service and an API key for it.
+func proxyKey(t *testing.T, main *apptest.Server, user string) string {
+	t.Helper()
+	svc := main.App.Access()
+	if _, err := svc.CreateUser(context.Background(), user, "", false); err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := svc.CreateAPIKey(context.Background(), access.NewKey{Owner: user})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
 // TestProxyChain: sender -> proxy -> proxy -> main service. Every post
 // arrives byte-exact, and its stored ReceiptIdPath holds the id the sender
 // got, the second proxy's id and the main service's id, in that order.
 func TestProxyChain(t *testing.T) {
 	main := start(t, nil)
 	p2cfg := apptest.ProxyConfig(t, "proxy-two", main.URL+"/datafeed")
+	// The second proxy forwards (and asks feed status) with an API key of
+	// its own user on the main service.
+	p2cfg.ForwardHTTPDestinations[0].APIKey = proxyKey(t, main, "proxy-two")
 	p2cfg.Aggregator.MaxItemsPerAggregate = 3
 	p2cfg.Aggregator.AggregationFrequency = config.Duration(200 * time.Millisecond)
 	p2 := apptest.StartProxy(t, p2cfg)
@@ -103,7 +122,7 @@ func TestProxyChain(t *testing.T) {
 	// at the edge with the main service's code.
 	r := post(t, p1, []byte("x"), "Feed", "NO-SUCH-FEED")
 	if r.code != 406 || r.header.Get("Service-Status") != "110" {
-		t.Errorf("post for an unknown feed through two proxies: %d %q %q, want 406 / 110", r.code, r.header.Get("Service-Status"), r.header.Get("Service-Error"))
+		t.Fatalf("post for an unknown feed through two proxies: %d %q %q, want 406 / 110\n%s", r.code, r.header.Get("Service-Status"), r.header.Get("Service-Error"), p1.Logs.String())
 	}
 	// Delivered everywhere: nothing is left at either proxy.
 	for _, p := range []*apptest.Server{p1, p2} {
