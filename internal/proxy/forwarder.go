@@ -156,7 +156,7 @@ func (f *forwarder) send(ctx context.Context, fw meta.Forward) {
 		return
 	}
 	f.p.metrics.forwarded(f.dest.Name(), out)
-	f.logSend(fw, attrs, out)
+	f.logSend(fw, attrs, streams, out)
 	if out.OK {
 		done, err := repo.ForwardSent(context.WithoutCancel(ctx), fw.ID, f.dest.Name())
 		if err != nil {
@@ -249,7 +249,7 @@ func outcomeMessage(out Outcome) string {
 // logSend writes the send-log line of one attempt: the reference proxy's
 // fields (event, url, HTTP status, status code, the downstream's receipt
 // id, bytes, duration, message and the configured attributes).
-func (f *forwarder) logSend(fw meta.Forward, attrs *attr.Map, out Outcome) {
+func (f *forwarder) logSend(fw meta.Forward, attrs *attr.Map, streams []meta.Stream, out Outcome) {
 	event, level := "SEND", slog.LevelInfo
 	if !out.OK {
 		event, level = "ERROR", slog.LevelWarn
@@ -262,6 +262,13 @@ func (f *forwarder) logSend(fw meta.Forward, attrs *attr.Map, out Outcome) {
 		"httpStatus", out.HTTPStatus, "status", out.Code, "receiptId", out.Receipt,
 		"bytes", out.Bytes, "durationMs", out.Duration.Milliseconds(), "message", msg,
 		"aggregate", fw.ID, "feed", fw.Feed, "type", fw.Type, "items", fw.Items, "attempt", fw.Attempts + 1}
+	// The receipt ids this proxy gave the aggregate's posts: with the
+	// downstream's receipt id, they trace a sender's receipt to the next hop.
+	ids := make([]string, len(streams))
+	for i, s := range streams {
+		ids[i] = s.ReceiptID
+	}
+	args = append(args, "receiptIds", ids)
 	if keys := f.p.opt.LogMetaKeys; len(keys) > 0 {
 		m := make([]any, 0, len(keys))
 		for _, k := range keys {
