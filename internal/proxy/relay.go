@@ -86,7 +86,7 @@ func (in *Instant) Relay(ctx context.Context, attrs *attr.Map, compression, cont
 	case r.HTTPStatus == http.StatusServiceUnavailable:
 		return "", receive.Unreachable(nil, fmt.Sprintf("the downstream %s is unavailable: %s", in.dest.name, r.Message))
 	}
-	return "", receive.Refusal(r.Code, fmt.Sprintf("the downstream %s refused the data: %s", in.dest.name, r.Message))
+	return "", receive.Refusal(r.Code, r.Message)
 }
 
 // AuthHeader is the credential headers the sender sends downstream (the

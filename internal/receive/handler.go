@@ -388,7 +388,7 @@ func (h *Handler) checkRemote(ctx context.Context, d decision, attrs *attr.Map, 
 	}
 	d.known = ans.Known
 	msg := ans.Message
-	if msg == "" {
+	if msg == "" || msg == "OK" {
 		msg = fmt.Sprintf("feed %q has status %s", d.feed, ans.Status)
 	}
 	if mode == config.FeedExistence {
@@ -406,7 +406,7 @@ func (h *Handler) checkRemote(ctx context.Context, d decision, attrs *attr.Map, 
 		if _, ok := codes[code]; !ok {
 			code = FeedNotReceiving
 		}
-		return d, errorf(code, "%s", msg)
+		return d, errorf(code, "%s", Detail(code, msg))
 	case feed.Drop:
 		d.drop = true
 	}

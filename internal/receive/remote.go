@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/feed"
@@ -47,7 +48,21 @@ func Refusal(code int, msg string) error {
 	if _, ok := codes[c]; !ok && !isAuth(c) || c == OK {
 		return &Error{Code: UnknownError, Detail: msg}
 	}
-	return &Error{Code: c, Detail: msg}
+	return &Error{Code: c, Detail: Detail(c, msg)}
+}
+
+// Detail is a downstream's Service-Error without the parts this hop's
+// message repeats (the code's text and the bracketed context), so that a
+// relayed refusal reads "<text> [Feed: X] - <the downstream's detail>".
+func Detail(c Code, msg string) string {
+	rest, ok := strings.CutPrefix(msg, c.Text())
+	if !ok {
+		return msg
+	}
+	if _, after, found := strings.Cut(rest, " - "); found {
+		return after
+	}
+	return strings.TrimSpace(rest)
 }
 
 // Unreachable is the error for a downstream that did not answer: 503, so
