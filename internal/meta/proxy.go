@@ -358,6 +358,11 @@ func (r *Repo) ForwardAttemptFailed(ctx context.Context, f Forward, logLine stri
 			}
 			return err
 		}
+		if q := maxErrorLog / 8; len(logLine) > 2*q {
+			// One line never crowds out the others (or itself): keep its
+			// start (the status) and its end.
+			logLine = logLine[:q] + " ... " + logLine[len(logLine)-q:]
+		}
 		log += logLine + "\n"
 		if len(log) > maxErrorLog {
 			log = log[len(log)-maxErrorLog:]
@@ -397,7 +402,8 @@ func (r *Repo) ListForwards(ctx context.Context, f ForwardFilter) ([]Forward, er
 		where = append(where, fmt.Sprintf("f.state = $%d", len(args)))
 	}
 	if f.Retrying {
-		where = append(where, "f.attempts > 0")
+		args = append(args, string(ForwardQueued))
+		where = append(where, fmt.Sprintf("f.state = $%d AND f.attempts > 0", len(args)))
 	}
 	limit := f.Limit
 	if limit <= 0 {
