@@ -124,6 +124,11 @@ type Receive struct {
 // Store configures the stream store.
 type Store struct {
 	BlockSize ByteSize `yaml:"blockSize"`
+	// PackMaxSize is the largest stored stream (compressed) that is kept in
+	// memory and written with the other small posts of its group commit
+	// into one shared pack file (one fsync for the batch); bigger streams
+	// get a file of their own. 0: every stream gets its own file.
+	PackMaxSize ByteSize `yaml:"packMaxSize"`
 }
 
 // DefaultMetaTypes are the stream types a post may name, as in the reference system.
@@ -161,7 +166,7 @@ func Default() Config {
 			X509CertificateDnHeader:            "X-SSL-CLIENT-S-DN",
 			X509CertificateDnFormat:            "LDAP",
 		},
-		Store: Store{BlockSize: 256 << 10},
+		Store: Store{BlockSize: 256 << 10, PackMaxSize: 256 << 10},
 		TLS:   TLS{ClientAuth: "request"},
 		API:   API{MaxConcurrentRequests: 64, RetryAfter: Duration(time.Second)},
 		Security: Security{
@@ -301,6 +306,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Store.BlockSize < 4<<10 || c.Store.BlockSize > 16<<20 {
 		add("store.blockSize: must be between 4KiB and 16MiB")
+	}
+	if c.Store.PackMaxSize < 0 || c.Store.PackMaxSize > 16<<20 {
+		add("store.packMaxSize: must be between 0 (off) and 16MiB")
 	}
 	return errors.Join(errs...)
 }

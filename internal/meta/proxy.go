@@ -363,6 +363,10 @@ func (r *Repo) ForwardAttemptFailed(ctx context.Context, f Forward, logLine stri
 			// start (the status) and its end.
 			logLine = logLine[:q] + " ... " + logLine[len(logLine)-q:]
 		}
+		// PostgreSQL stores only valid UTF-8, and a downstream's message
+		// (or the cut above) may not be.
+		logLine = strings.ToValidUTF8(logLine, "\uFFFD")
+		f.Error = strings.ToValidUTF8(f.Error, "\uFFFD")
 		log += logLine + "\n"
 		if len(log) > maxErrorLog {
 			log = log[len(log)-maxErrorLog:]

@@ -35,6 +35,8 @@ type Stream struct {
 	RawSize     int64 // uncompressed bytes of all Data parts
 	FileSize    int64 // bytes on disk
 	Attributes  *attr.Map
+	Pack        string // the pack file holding the stream (relative to the store root); "" for a file of its own
+	PackOffset  int64  // where the stream starts in its pack
 }
 
 // Batch is one transaction: the group committer collects many posts' work
@@ -46,9 +48,12 @@ type Batch struct {
 	Create []*Stream // inserted with Status Locked; Apply sets each ID (and StatusMs=CreateMs)
 	Unlock []*Stream // by ID (must currently be Locked, else the whole batch fails with a clear error): sets Status=Unlocked, StatusMs, Parts, RawSize, FileSize, Attributes
 	Delete []int64   // removes rows physically (aborted writes that never became visible)
+	// Packed streams are inserted complete (UNLOCKED), their bytes already
+	// durable in a pack; Apply sets each ID, Status and StatusMs.
+	Packed []*Stream
 }
 
-const streamColumns = `id, feed, type, status, create_ms, effective_ms, status_ms, node, receipt_id, parts, raw_size, file_size, attributes`
+const streamColumns = `id, feed, type, status, create_ms, effective_ms, status_ms, node, receipt_id, parts, raw_size, file_size, attributes, pack, pack_offset`
 
 // Apply commits the batch in one transaction; either all of it takes effect
 // or none does.
@@ -67,7 +72,7 @@ const streamColumns = `id, feed, type, status, create_ms, effective_ms, status_m
 // failed Apply they are exactly as the caller passed them (no ID for rows
 // that were rolled back).
 func (r *Repo) Apply(ctx context.Context, b *Batch) error {
-	if b == nil || len(b.Create)+len(b.Unlock)+len(b.Delete) == 0 {
+	if b == nil || len(b.Create)+len(b.Unlock)+len(b.Delete)+len(b.Packed) == 0 {
 		return nil
 	}
 	now := nowMs()
@@ -91,6 +96,15 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 			return fmt.Errorf("apply batch: unlock stream %d: %w", s.ID, err)
 		}
 		unlockAttrs[i] = a
+	}
+	packedAttrs := make([]string, len(b.Packed))
+	packedIDs := make([]int64, len(b.Packed))
+	for i, s := range b.Packed {
+		a, err := attrsJSON(s.Attributes)
+		if err != nil {
+			return fmt.Errorf("apply batch: packed stream for feed %q: %w", s.Feed, err)
+		}
+		packedAttrs[i] = a
 	}
 
 	err := r.withTx(ctx, func(tx *sql.Tx) error {
@@ -119,6 +133,24 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 					return fmt.Errorf("create stream for feed %q: %w", s.Feed, err)
 				}
 				ids[i] = created{id: id, createMs: createMs}
+			}
+		}
+		if len(b.Packed) > 0 {
+			stmt, err := tx.PrepareContext(ctx, `INSERT INTO streams
+				(feed, type, status, create_ms, effective_ms, status_ms, node, receipt_id, parts, raw_size, file_size, attributes, pack, pack_offset)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+				RETURNING id`)
+			if err != nil {
+				return fmt.Errorf("prepare packed: %w", err)
+			}
+			defer stmt.Close()
+			for i, s := range b.Packed {
+				if err := stmt.QueryRowContext(ctx,
+					s.Feed, s.Type, string(Unlocked), s.CreateMs, s.EffectiveMs, now, s.Node,
+					s.ReceiptID, s.Parts, s.RawSize, s.FileSize, packedAttrs[i], s.Pack, s.PackOffset,
+				).Scan(&packedIDs[i]); err != nil {
+					return fmt.Errorf("insert packed stream for feed %q: %w", s.Feed, err)
+				}
 			}
 		}
 		if len(b.Unlock) > 0 {
@@ -168,8 +200,8 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("apply batch (%d create, %d unlock, %d delete): %w",
-			len(b.Create), len(b.Unlock), len(b.Delete), err)
+		return fmt.Errorf("apply batch (%d create, %d unlock, %d delete, %d packed): %w",
+			len(b.Create), len(b.Unlock), len(b.Delete), len(b.Packed), err)
 	}
 	for i, s := range b.Create {
 		s.ID = ids[i].id
@@ -178,6 +210,11 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 		s.StatusMs = ids[i].createMs
 	}
 	for _, s := range b.Unlock {
+		s.Status = Unlocked
+		s.StatusMs = now
+	}
+	for i, s := range b.Packed {
+		s.ID = packedIDs[i]
 		s.Status = Unlocked
 		s.StatusMs = now
 	}
@@ -298,7 +335,7 @@ func scanStream(s rowScanner) (Stream, error) {
 		attrs  string
 	)
 	if err := s.Scan(&st.ID, &st.Feed, &st.Type, &status, &st.CreateMs, &st.EffectiveMs, &st.StatusMs,
-		&st.Node, &st.ReceiptID, &st.Parts, &st.RawSize, &st.FileSize, &attrs); err != nil {
+		&st.Node, &st.ReceiptID, &st.Parts, &st.RawSize, &st.FileSize, &attrs, &st.Pack, &st.PackOffset); err != nil {
 		return Stream{}, err
 	}
 	st.Status = Status(status)
@@ -355,4 +392,38 @@ func (r *Repo) SetStreamStatus(ctx context.Context, id int64, status Status) err
 		return fmt.Errorf("set stream %d status to %s: %w", id, status, err)
 	}
 	return nil
+}
+
+// PackLive counts the streams in a pack that are not DELETED.
+func (r *Repo) PackLive(ctx context.Context, pack string) (int64, error) {
+	var n int64
+	if err := r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM streams WHERE pack = $1 AND status <> $2`, pack, string(Deleted)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count live streams of pack %s: %w", pack, err)
+	}
+	return n, nil
+}
+
+// PackStreamIDs lists the ids of every stream in a pack.
+func (r *Repo) PackStreamIDs(ctx context.Context, pack string) ([]int64, error) {
+	ids, err := queryAll(ctx, r.db, func(s rowScanner) (int64, error) {
+		var id int64
+		return id, s.Scan(&id)
+	}, `SELECT id FROM streams WHERE pack = $1 ORDER BY id`, pack)
+	if err != nil {
+		return nil, fmt.Errorf("list streams of pack %s: %w", pack, err)
+	}
+	return ids, nil
+}
+
+// PackReferenced reports whether any stream row names the pack.
+func (r *Repo) PackReferenced(ctx context.Context, pack string) (bool, error) {
+	var n int
+	err := r.db.QueryRowContext(ctx, `SELECT 1 FROM streams WHERE pack = $1 LIMIT 1`, pack).Scan(&n)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("look up pack %s: %w", pack, err)
+	}
+	return true, nil
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
+	"math"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -183,43 +183,32 @@ func (p *Proxy) housekeep(ctx context.Context) error {
 }
 
 // cleanUp finishes deletions a crash interrupted: aggregates delivered
-// everywhere whose rows were not yet removed, and files of streams marked
-// DELETED.
+// everywhere whose rows were not yet removed, and the data of streams
+// marked DELETED.
 func (p *Proxy) cleanUp(ctx context.Context) error {
 	if _, err := p.repo.FinishedAggregates(ctx); err != nil {
 		return err
 	}
-	for {
-		ss, err := p.repo.DeletedStreams(ctx, 1000)
-		if err != nil {
-			return err
-		}
-		if len(ss) == 0 {
-			return nil
-		}
-		if err := p.removeStreams(ctx, ss); err != nil {
-			return err
-		}
+	ss, err := p.repo.DeletedStreams(ctx, math.MaxInt32)
+	if err != nil {
+		return err
 	}
+	return p.removeStreams(ctx, ss)
 }
 
-// removeStreams removes the files of delivered (DELETED) streams, then
-// their rows. A crash in between leaves rows that the next start removes.
+// removeStreams removes the data of delivered (DELETED) streams, then
+// their rows. A crash in between leaves rows that the next start removes;
+// a small stream's pack goes with the last stream in it.
 func (p *Proxy) removeStreams(ctx context.Context, ss []meta.Stream) error {
-	ids := make([]int64, 0, len(ss))
-	for _, s := range ss {
-		path := p.store.Path(s)
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			p.log.Error("cannot remove a forwarded stream's file", "stream", s.ID, "path", path, "err", err)
-			continue
-		}
-		ids = append(ids, s.ID)
+	ids, err := p.store.RemoveDeleted(ctx, ss)
+	if err != nil {
+		p.log.Error("cannot remove forwarded streams' data; the next start will", "err", err)
 	}
 	if err := p.repo.PurgeStreams(ctx, ids); err != nil {
 		p.log.Error("cannot remove forwarded streams' rows; the next start will", "err", err)
 		return err
 	}
-	return nil
+	return err
 }
 
 // warnUnknownDestinations names destinations that still have items but

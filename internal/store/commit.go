@@ -14,6 +14,7 @@ type request struct {
 	unlock []*meta.Stream // rows whose files are complete and renamed
 	dirs   []string       // directories whose new entries must be fsynced first
 	delete []int64        // rows of aborted streams
+	pack   []packItem     // small streams to write into the batch's pack and insert complete
 	ctx    context.Context
 	done   chan error
 }
@@ -106,6 +107,22 @@ func (s *Store) apply(batch []*request) error {
 		}
 		b.Unlock = append(b.Unlock, r.unlock...)
 	}
+	var items []*packItem
+	for _, r := range batch {
+		for i := range r.pack {
+			items = append(items, &r.pack[i])
+		}
+	}
+	var pack string
+	if len(items) > 0 {
+		var err error
+		if pack, err = s.writePack(items); err != nil {
+			return err
+		}
+		for _, it := range items {
+			b.Packed = append(b.Packed, it.row)
+		}
+	}
 	// The transaction is not tied to any one caller's context: callers
 	// wait for the result whatever happens to their request.
 	if err := s.repo.Apply(context.Background(), &b); err != nil {
@@ -114,7 +131,10 @@ func (s *Store) apply(batch []*request) error {
 				row.Status = meta.Locked
 			}
 		}
-		return fmt.Errorf("commit %d streams: %w", len(b.Create)+len(b.Unlock)+len(b.Delete), err)
+		if pack != "" {
+			s.removePack(pack, items)
+		}
+		return fmt.Errorf("commit %d streams: %w", len(b.Create)+len(b.Unlock)+len(b.Delete)+len(b.Packed), err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/streamfile"
@@ -31,17 +32,24 @@ func (s *Store) Open(ctx context.Context, id int64) (*Reader, error) {
 }
 
 func (s *Store) openFile(st meta.Stream) (*Reader, error) {
-	p := s.path(&st)
+	p := s.Path(st)
 	f, err := os.Open(p)
 	if err != nil {
 		return nil, fmt.Errorf("stream %d: open file: %w", st.ID, err)
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("stream %d: stat file: %w", st.ID, err)
+	var ra io.ReaderAt = f
+	size := st.FileSize
+	if st.Pack == "" {
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("stream %d: stat file: %w", st.ID, err)
+		}
+		size = fi.Size()
+	} else {
+		ra = io.NewSectionReader(f, st.PackOffset, st.FileSize)
 	}
-	sf, err := streamfile.NewReader(f, fi.Size(), s.codec)
+	sf, err := streamfile.NewReader(ra, size, s.codec)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("stream %d (%s): %w", st.ID, p, err)
@@ -63,5 +71,11 @@ func (r *Reader) Section(ch streamfile.Channel, part int) (*io.SectionReader, er
 	return r.sf.Section(ch, part)
 }
 
-// Path is the stream file's location, for operators.
-func (s *Store) Path(st meta.Stream) string { return s.path(&st) }
+// Path is the file holding the stream, for operators: its own file, or
+// the pack it is in (at PackOffset).
+func (s *Store) Path(st meta.Stream) string {
+	if st.Pack != "" {
+		return filepath.Join(s.opt.Root, st.Pack)
+	}
+	return s.path(&st)
+}

@@ -6,6 +6,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,6 +31,9 @@ type Repo interface {
 	Apply(ctx context.Context, b *meta.Batch) error
 	GetStream(ctx context.Context, id int64) (meta.Stream, error)
 	LockedStreams(ctx context.Context, node string) ([]meta.Stream, error)
+	PackLive(ctx context.Context, pack string) (int64, error)
+	PackStreamIDs(ctx context.Context, pack string) ([]int64, error)
+	PackReferenced(ctx context.Context, pack string) (bool, error)
 }
 
 // Options configures a Store.
@@ -36,9 +41,13 @@ type Options struct {
 	Root      string // directory holding stream files
 	Node      string // this node's name; its LOCKED rows are cleaned up at start
 	BlockSize int    // uncompressed bytes per compressed block
-	Logger    *slog.Logger
-	Metrics   *Metrics // may be nil
-	Now       func() time.Time
+	// PackMax is the largest stream file kept in memory and written into
+	// the group commit's shared pack file; bigger streams get a file of
+	// their own. 0: every stream gets its own file.
+	PackMax int
+	Logger  *slog.Logger
+	Metrics *Metrics // may be nil
+	Now     func() time.Time
 	// ReadOnly opens the store for reading only: no recovery and no
 	// committer, so an admin command can read while a server writes.
 	ReadOnly bool
@@ -46,13 +55,15 @@ type Options struct {
 
 // Store writes and reads streams.
 type Store struct {
-	opt     Options
-	repo    Repo
-	codec   *streamfile.Codec
-	commits chan *request
-	done    chan struct{}
-	closeMu sync.RWMutex // held for reading while a request is submitted; Close takes it to stop submissions
-	closed  bool
+	opt      Options
+	packSeq  atomic.Int64 // pack file names: unique per node across restarts
+	packBufs sync.Pool    // *bytes.Buffer for small streams
+	repo     Repo
+	codec    *streamfile.Codec
+	commits  chan *request
+	done     chan struct{}
+	closeMu  sync.RWMutex // held for reading while a request is submitted; Close takes it to stop submissions
+	closed   bool
 }
 
 // ErrNotReadable is returned by Open for a stream that exists but is not
@@ -78,12 +89,17 @@ func Open(ctx context.Context, repo Repo, codec *streamfile.Codec, opt Options) 
 		return nil, fmt.Errorf("create store root: %w", err)
 	}
 	s := &Store{opt: opt, repo: repo, codec: codec, commits: make(chan *request, 1024), done: make(chan struct{})}
+	s.packSeq.Store(time.Now().UnixNano())
+	s.packBufs.New = func() any { return new(bytes.Buffer) }
 	if opt.ReadOnly {
 		s.closed = true
 		close(s.done)
 		return s, nil
 	}
 	if err := s.recover(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.removeOrphanPacks(ctx); err != nil {
 		return nil, err
 	}
 	go s.commitLoop()
@@ -184,44 +200,124 @@ type Post struct {
 // Begin starts a post.
 func (s *Store) Begin() *Post { return &Post{s: s} }
 
-// Writer writes one stream's file.
+// Writer writes one stream's file. A stream starts in memory when packing
+// is on; if it grows past PackMax it moves to a file of its own (with a
+// LOCKED row, as every big stream has while it is written).
 type Writer struct {
+	post  *Post
+	ctx   context.Context
 	row   *meta.Stream
 	path  string
 	f     *os.File
+	buf   *bytes.Buffer // in memory until it spills (nil once it has a file)
 	sf    *streamfile.Writer
 	attrs *attr.Map
+	err   error // the spill failed
 }
 
-// NewStream creates the stream's LOCKED row (which allocates its id) and
-// opens its file under a temporary name.
+// NewStream starts a stream: in memory, or with its LOCKED row (which
+// allocates its id) and its file under a temporary name.
 func (p *Post) NewStream(ctx context.Context, spec Spec) (*Writer, error) {
 	row := &meta.Stream{
 		Feed: spec.Feed, Type: spec.Type, Status: meta.Locked,
 		CreateMs: spec.CreateMs, EffectiveMs: spec.EffectiveMs,
 		Node: p.s.opt.Node, ReceiptID: spec.ReceiptID, Attributes: &attr.Map{},
 	}
-	if err := p.s.submit(ctx, &request{create: []*meta.Stream{row}}); err != nil {
-		return nil, fmt.Errorf("create stream row: %w", err)
-	}
-	w := &Writer{row: row, path: p.s.path(row)}
-	// Track the writer before anything else can fail so that Abort removes the row.
+	w := &Writer{post: p, ctx: ctx, row: row}
+	// Track the writer before anything else can fail so that Abort cleans up.
 	p.writers = append(p.writers, w)
-	if err := mkdirAllSync(filepath.Dir(w.path)); err != nil {
-		return nil, fmt.Errorf("create stream directory: %w", err)
+	var out io.Writer = w
+	if p.s.opt.PackMax > 0 {
+		w.buf = p.s.packBufs.Get().(*bytes.Buffer)
+		w.buf.Reset()
+	} else {
+		if err := w.createFile(); err != nil {
+			return nil, err
+		}
+		out = w.f
 	}
-	f, err := os.OpenFile(w.path+lockSuffix, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)
-	if err != nil {
-		return nil, fmt.Errorf("create stream file: %w", err)
-	}
-	w.f = f
-	sf, err := streamfile.NewWriter(f, p.s.codec, streamfile.WriterOptions{BlockSize: p.s.opt.BlockSize})
+	sf, err := streamfile.NewWriter(out, p.s.codec, streamfile.WriterOptions{BlockSize: p.s.opt.BlockSize})
 	if err != nil {
 		return nil, fmt.Errorf("start stream file: %w", err)
 	}
 	w.sf = sf
 	return w, nil
 }
+
+// createFile creates the stream's LOCKED row and its file.
+func (w *Writer) createFile() error {
+	s := w.post.s
+	if err := s.submit(w.ctx, &request{create: []*meta.Stream{w.row}}); err != nil {
+		return fmt.Errorf("create stream row: %w", err)
+	}
+	w.path = s.path(w.row)
+	if err := mkdirAllSync(filepath.Dir(w.path)); err != nil {
+		return fmt.Errorf("create stream directory: %w", err)
+	}
+	f, err := os.OpenFile(w.path+lockSuffix, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)
+	if err != nil {
+		return fmt.Errorf("create stream file: %w", err)
+	}
+	w.f = f
+	return nil
+}
+
+// Write receives the stream file's bytes from the streamfile writer while
+// the stream is in memory: past PackMax it moves to a file of its own.
+func (w *Writer) Write(b []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.f != nil {
+		return w.f.Write(b)
+	}
+	if w.buf.Len()+len(b) <= w.post.s.opt.PackMax {
+		return w.buf.Write(b)
+	}
+	// Streams of a post get their ids in the order they were started: the
+	// post's earlier streams still in memory move to files first.
+	for _, x := range w.post.writers {
+		if x == w {
+			break
+		}
+		if x.packed() {
+			if err := x.spill(); err != nil {
+				w.err = err
+				return 0, err
+			}
+		}
+	}
+	if err := w.spill(); err != nil {
+		return 0, err
+	}
+	return w.f.Write(b)
+}
+
+// spill moves a stream from memory to a file of its own.
+func (w *Writer) spill() error {
+	if err := w.createFile(); err != nil {
+		w.err = err
+		return err
+	}
+	if _, err := w.f.Write(w.buf.Bytes()); err != nil {
+		w.err = fmt.Errorf("write stream file: %w", err)
+		return w.err
+	}
+	w.releaseBuf()
+	return nil
+}
+
+func (w *Writer) releaseBuf() {
+	if w.buf != nil {
+		if w.buf.Cap() <= 2*w.post.s.opt.PackMax {
+			w.post.s.packBufs.Put(w.buf)
+		}
+		w.buf = nil
+	}
+}
+
+// packed reports whether the stream stayed in memory (goes into a pack).
+func (w *Writer) packed() bool { return w.f == nil && w.path == "" }
 
 // ID is the stream's id.
 func (w *Writer) ID() int64 { return w.row.ID }
@@ -239,22 +335,28 @@ func (w *Writer) SectionSize(ch streamfile.Channel, part int) int64 {
 // SetAttributes sets the stream-level attributes stored in its row.
 func (w *Writer) SetAttributes(a *attr.Map) { w.attrs = a }
 
-// finish completes the file and makes it durable under its final name.
-// Each post does this on its own goroutine so that fsyncs of concurrent
-// posts overlap; the committer then shares the directory fsyncs.
+// finish completes the stream. A stream with a file of its own is made
+// durable under its final name here, on the post's goroutine, so that the
+// fsyncs of concurrent big posts overlap; the committer then shares the
+// directory fsyncs. A packed stream's bytes are written by the committer.
 func (w *Writer) finish() error {
 	if err := w.sf.Close(); err != nil {
 		return fmt.Errorf("finish stream file: %w", err)
 	}
-	if err := w.f.Sync(); err != nil {
-		return fmt.Errorf("sync stream file: %w", err)
+	if w.err != nil {
+		return w.err
 	}
-	if err := w.f.Close(); err != nil {
-		return fmt.Errorf("close stream file: %w", err)
-	}
-	w.f = nil
-	if err := os.Rename(w.path+lockSuffix, w.path); err != nil {
-		return fmt.Errorf("rename stream file: %w", err)
+	if !w.packed() {
+		if err := w.f.Sync(); err != nil {
+			return fmt.Errorf("sync stream file: %w", err)
+		}
+		if err := w.f.Close(); err != nil {
+			return fmt.Errorf("close stream file: %w", err)
+		}
+		w.f = nil
+		if err := os.Rename(w.path+lockSuffix, w.path); err != nil {
+			return fmt.Errorf("rename stream file: %w", err)
+		}
 	}
 	var raw int64
 	for part := 0; part < w.sf.Parts(); part++ {
@@ -280,6 +382,10 @@ func (p *Post) Commit(ctx context.Context) ([]meta.Stream, error) {
 			p.Abort()
 			return nil, err
 		}
+		if w.packed() {
+			req.pack = append(req.pack, packItem{row: w.row, data: w.buf.Bytes()})
+			continue
+		}
 		req.unlock = append(req.unlock, w.row)
 		req.dirs = append(req.dirs, filepath.Dir(w.path))
 	}
@@ -290,25 +396,30 @@ func (p *Post) Commit(ctx context.Context) ([]meta.Stream, error) {
 	out := make([]meta.Stream, len(p.writers))
 	for i, w := range p.writers {
 		out[i] = *w.row
+		w.releaseBuf()
 	}
 	p.writers = nil
 	return out, nil
 }
 
-// Abort removes every stream of the post: files and rows. It is safe to
-// call after a failed Commit and more than once.
+// Abort removes every stream of the post: files and rows (streams still
+// in memory have neither). It is safe to call after a failed Commit and
+// more than once.
 func (p *Post) Abort() {
 	if len(p.writers) == 0 {
 		return
 	}
 	var ids []int64
 	for _, w := range p.writers {
+		w.releaseBuf()
 		if w.f != nil {
 			_ = w.f.Close()
 		}
-		_ = os.Remove(w.path + lockSuffix)
-		_ = os.Remove(w.path)
-		if w.row.ID != 0 {
+		if w.path != "" {
+			_ = os.Remove(w.path + lockSuffix)
+			_ = os.Remove(w.path)
+		}
+		if w.row.ID != 0 && w.row.Pack == "" {
 			ids = append(ids, w.row.ID)
 		}
 	}
