@@ -22,10 +22,13 @@ import (
 )
 
 // fuzzHandler is the fuzz target's Handler.
-func fuzzHandler(f *testing.F) (*Handler, *meta.Repo, *store.Store) { return benchHandler(f) }
+func fuzzHandler(f *testing.F) (*Handler, *meta.Repo, *store.Store) {
+	return benchHandler(f, config.Default().Store.PackMaxSize)
+}
 
-// benchHandler is a Handler on a real store in a temporary directory.
-func benchHandler(f testing.TB) (*Handler, *meta.Repo, *store.Store) {
+// benchHandler is a Handler on a real store in a temporary directory,
+// packing streams up to packMax bytes (0: a file per stream).
+func benchHandler(f testing.TB, packMax config.ByteSize) (*Handler, *meta.Repo, *store.Store) {
 	dir := f.TempDir()
 	repo, err := meta.Open(context.Background(), "", dir, nil)
 	if err != nil {
@@ -40,7 +43,7 @@ func benchHandler(f testing.TB) (*Handler, *meta.Repo, *store.Store) {
 		f.Fatal(err)
 	}
 	f.Cleanup(codec.Close)
-	st, err := store.Open(context.Background(), repo, codec, store.Options{Root: filepath.Join(dir, "store"), Node: "fuzz"})
+	st, err := store.Open(context.Background(), repo, codec, store.Options{Root: filepath.Join(dir, "store"), Node: "fuzz", PackMax: int(packMax)})
 	if err != nil {
 		f.Fatal(err)
 	}
