@@ -1,6 +1,7 @@
 package streamfile
 
 import (
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -18,8 +19,19 @@ func (c *countWriter) Write(p []byte) (int, error) {
 }
 
 // BenchmarkWrite writes 64 MiB of log-like text in 32 KiB writes (the size a
-// request body arrives in) and reports the compression ratio.
+// request body arrives in) and reports the compression ratio, with blocks
+// compressed one at a time on the writer's goroutine (pipeline=1) and with
+// the pipeline (compare the two in one run: the machines are shared).
 func BenchmarkWrite(b *testing.B) {
+	depth := pipelineDepth
+	defer func() { pipelineDepth = depth }()
+	for _, d := range []int{1, depth} {
+		pipelineDepth = d
+		b.Run(fmt.Sprintf("pipeline=%d", d), benchWrite)
+	}
+}
+
+func benchWrite(b *testing.B) {
 	c := newTestCodec(b)
 	data := logBytes(1, 64<<20)
 	b.SetBytes(int64(len(data)))

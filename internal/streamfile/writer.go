@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"runtime"
 )
 
 // WriterOptions tunes a Writer.
@@ -33,7 +34,29 @@ type Writer struct {
 	open     *sectionWriter
 	closed   bool
 	err      error // first write error; sticky because the file is then unusable
+
+	// inflight are blocks being compressed on other goroutines, oldest
+	// first; they are written in this order. A big stream compresses up
+	// to pipelineDepth blocks at once, so one post uses every core while
+	// its sender's bytes keep arriving.
+	inflight []*pending
 }
+
+// pending is a block being compressed.
+type pending struct {
+	sec    *wsection
+	ch     Channel
+	part   int
+	secOff int64
+	raw    *[]byte // pooled copy of the uncompressed block
+	out    *[]byte // pooled compressed block with its header, once done
+	ulen   int
+	done   chan struct{}
+}
+
+// pipelineDepth bounds the blocks of one stream being compressed at once
+// (and so its memory: two pooled buffers per block).
+var pipelineDepth = max(runtime.GOMAXPROCS(0), 2)
 
 type wsection struct {
 	size   int64
@@ -117,6 +140,9 @@ func (w *Writer) Close() error {
 	}
 	if w.open != nil {
 		return fmt.Errorf("streamfile: close writer: %s part %d is still open", w.open.ch, w.open.part)
+	}
+	if err := w.drain(0); err != nil {
+		return fmt.Errorf("streamfile: close writer: %w", err)
 	}
 	if w.err != nil {
 		return fmt.Errorf("streamfile: close writer: earlier write failed: %w", w.err)
@@ -271,18 +297,49 @@ func (s *sectionWriter) flush() error {
 	return nil
 }
 
-// emit compresses src and writes it as the section's next block.
+// emit compresses src and writes it as the section's next block. A full
+// block, or any block while others are in flight, is compressed on its own
+// goroutine (src is copied: the caller reuses it); a stream's only, short
+// block is compressed here, which is all a small post ever does.
 func (s *sectionWriter) emit(src []byte) error {
 	w := s.w
 	if w.err != nil {
 		return w.err
 	}
-	if w.nblocks >= maxBlocks {
+	if w.nblocks+len(w.inflight) >= maxBlocks {
 		return fmt.Errorf("stream has the maximum of %d blocks", maxBlocks)
 	}
-	cb := w.c.bufs.get(compressBound(len(src)))
-	defer w.c.bufs.put(cb)
+	if len(w.inflight) == 0 && (len(src) < w.blockSize || pipelineDepth < 2) {
+		cb := w.c.bufs.get(compressBound(len(src)))
+		defer w.c.bufs.put(cb)
+		w.compress(cb, s.ch, s.part, s.secOff, src)
+		e := blockEntry{fileOffset: w.off, secOffset: s.secOff, clen: uint32(len(*cb) - blockHeaderLen), ulen: uint32(len(src))}
+		if err := w.write(*cb); err != nil {
+			return err
+		}
+		s.sec.blocks = append(s.sec.blocks, e)
+		w.nblocks++
+		s.secOff += int64(len(src))
+		return nil
+	}
+	if err := w.drain(pipelineDepth - 1); err != nil {
+		return err
+	}
+	p := &pending{sec: s.sec, ch: s.ch, part: s.part, secOff: s.secOff, ulen: len(src),
+		raw: w.c.bufs.get(len(src)), out: w.c.bufs.get(compressBound(len(src))), done: make(chan struct{})}
+	*p.raw = append((*p.raw)[:0], src...)
+	w.inflight = append(w.inflight, p)
+	go func() {
+		w.compress(p.out, p.ch, p.part, p.secOff, *p.raw)
+		close(p.done)
+	}()
+	s.secOff += int64(len(src))
+	return nil
+}
 
+// compress fills *cb with src's block: its header and its compressed (or,
+// when that is not smaller, raw) payload.
+func (w *Writer) compress(cb *[]byte, ch Channel, part int, secOff int64, src []byte) {
 	// Compress behind room for the header so header and payload go out in
 	// one Write.
 	out := w.c.enc.EncodeAll(src, (*cb)[:blockHeaderLen])
@@ -295,23 +352,34 @@ func (s *sectionWriter) emit(src []byte) error {
 	*cb = out // let put see a reallocation, should EncodeAll ever make one
 	payload := out[blockHeaderLen:]
 	h := blockHeader{
-		channel:   s.ch,
+		channel:   ch,
 		encoding:  enc,
-		part:      uint32(s.part),
-		secOffset: uint64(s.secOff),
+		part:      uint32(part),
+		secOffset: uint64(secOff),
 		clen:      uint32(len(payload)),
 		ulen:      uint32(len(src)),
 	}
 	putBlockHeader(out, h, payload, w.c.crc)
+}
 
-	e := blockEntry{fileOffset: w.off, secOffset: s.secOff, clen: h.clen, ulen: h.ulen}
-	if err := w.write(out); err != nil {
-		return err
+// drain writes finished blocks, oldest first, until at most keep are in
+// flight.
+func (w *Writer) drain(keep int) error {
+	for len(w.inflight) > keep {
+		p := w.inflight[0]
+		<-p.done
+		w.inflight = w.inflight[1:]
+		if w.err == nil {
+			e := blockEntry{fileOffset: w.off, secOffset: p.secOff, clen: uint32(len(*p.out) - blockHeaderLen), ulen: uint32(p.ulen)}
+			if err := w.write(*p.out); err == nil {
+				p.sec.blocks = append(p.sec.blocks, e)
+				w.nblocks++
+			}
+		}
+		w.c.bufs.put(p.raw)
+		w.c.bufs.put(p.out)
 	}
-	s.sec.blocks = append(s.sec.blocks, e)
-	w.nblocks++
-	s.secOff += int64(len(src))
-	return nil
+	return w.err
 }
 
 // Close flushes the last partial block and ends the section. The section
