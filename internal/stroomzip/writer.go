@@ -42,12 +42,17 @@ type Writer struct {
 }
 
 // NewWriter starts a zip on w. Close must be called to write its directory.
-func NewWriter(w io.Writer) *Writer {
+func NewWriter(w io.Writer) *Writer { return NewWriterLevel(w, flate.DefaultCompression) }
+
+// NewWriterLevel starts a zip whose entries are deflated at level (a
+// compress/flate level: flate.BestSpeed for data in transit, where
+// compression time matters more than size).
+func NewWriterLevel(w io.Writer, level int) *Writer {
 	zw := zip.NewWriter(w)
 	// klauspost's deflate is several times faster than the standard
 	// library's at a similar ratio; exports are dominated by compression.
 	zw.RegisterCompressor(zip.Deflate, func(out io.Writer) (io.WriteCloser, error) {
-		return flate.NewWriter(out, flate.DefaultCompression)
+		return flate.NewWriter(out, level)
 	})
 	return &Writer{zw: zw}
 }
