@@ -100,11 +100,6 @@ func (s *Store) apply(batch []*request) error {
 		}
 		b.Create = append(b.Create, r.create...)
 		b.Delete = append(b.Delete, r.delete...)
-		now := s.opt.Now().UnixMilli()
-		for _, row := range r.unlock {
-			row.Status = meta.Unlocked
-			row.StatusMs = now
-		}
 		b.Unlock = append(b.Unlock, r.unlock...)
 	}
 	var items []*packItem
@@ -122,6 +117,11 @@ func (s *Store) apply(batch []*request) error {
 		for _, it := range items {
 			b.Packed = append(b.Packed, it.row)
 		}
+	}
+	now := s.opt.Now().UnixMilli()
+	for _, row := range b.Unlock {
+		row.Status = meta.Unlocked
+		row.StatusMs = now
 	}
 	// The transaction is not tied to any one caller's context: callers
 	// wait for the result whatever happens to their request.

@@ -102,7 +102,7 @@ func (s *Store) removeOrphanPacks(ctx context.Context) error {
 			return fmt.Errorf("recover: list packs: %w", err)
 		}
 		for _, e := range entries {
-			if !strings.HasPrefix(e.Name(), prefix) || !strings.HasSuffix(e.Name(), packSuffix) {
+			if !ownPack(e.Name(), prefix) {
 				continue
 			}
 			rel, err := filepath.Rel(s.opt.Root, filepath.Join(day, e.Name()))
@@ -125,6 +125,22 @@ func (s *Store) removeOrphanPacks(ctx context.Context) error {
 		s.opt.Logger.Warn("removed packs left by a batch that never committed", "count", removed, "node", s.opt.Node)
 	}
 	return nil
+}
+
+// ownPack reports whether a pack file name is <prefix><digits>.wpk: a
+// longer node name that starts with this one ("N1-B-7.wpk" for node N1)
+// is another node's.
+func ownPack(name, prefix string) bool {
+	seq, ok := strings.CutPrefix(name, prefix)
+	if !ok {
+		return false
+	}
+	seq, ok = strings.CutSuffix(seq, packSuffix)
+	if !ok || seq == "" {
+		return false
+	}
+	_, err := strconv.ParseUint(seq, 10, 63)
+	return err == nil
 }
 
 // newestDirs walks depth levels of numbered directories (year, month,

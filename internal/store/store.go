@@ -340,12 +340,6 @@ func (w *Writer) SetAttributes(a *attr.Map) { w.attrs = a }
 // fsyncs of concurrent big posts overlap; the committer then shares the
 // directory fsyncs. A packed stream's bytes are written by the committer.
 func (w *Writer) finish() error {
-	if err := w.sf.Close(); err != nil {
-		return fmt.Errorf("finish stream file: %w", err)
-	}
-	if w.err != nil {
-		return w.err
-	}
 	if !w.packed() {
 		if err := w.f.Sync(); err != nil {
 			return fmt.Errorf("sync stream file: %w", err)
@@ -377,6 +371,19 @@ func (p *Post) Commit(ctx context.Context) ([]meta.Stream, error) {
 		return nil, nil
 	}
 	req := &request{}
+	// Closing a stream file writes its index, which can make it spill, and
+	// a spill moves the post's earlier streams out of memory too: so every
+	// stream is closed before any is sorted into packed or not.
+	for _, w := range p.writers {
+		err := w.sf.Close()
+		if err == nil {
+			err = w.err
+		}
+		if err != nil {
+			p.Abort()
+			return nil, fmt.Errorf("finish stream file: %w", err)
+		}
+	}
 	for _, w := range p.writers {
 		if err := w.finish(); err != nil {
 			p.Abort()
