@@ -2,7 +2,7 @@
 GO ?= go
 PG_DSN ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 
-.PHONY: build test test-postgres check bench fuzz
+.PHONY: build test test-postgres check bench bench-go fuzz
 
 build:
 	$(GO) build -o bin/weir ./cmd/weir
@@ -20,7 +20,14 @@ check:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 
+# The benchmark harness: every scenario on loopback against weir and the baselines it
+# starts itself, medians of 3 runs (about 10 minutes; see docs/performance.md).
+# BENCHFLAGS='-quick' for a smoke run, e.g. BENCHFLAGS='-scenarios 45k,rate -out bench.md'.
 bench:
+	$(GO) run ./cmd/weir-bench $(BENCHFLAGS)
+
+# The Go micro-benchmarks of the packages.
+bench-go:
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
 
 # Short runs of every fuzz target (longer: FUZZTIME=5m make fuzz).

@@ -268,6 +268,17 @@ func isBusy(err error) bool {
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
+// IsFull reports whether err is the database refusing a write for lack of
+// space: SQLite's SQLITE_FULL or PostgreSQL's disk_full (53100).
+func IsFull(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL {
+		return true
+	}
+	var pe interface{ SQLState() string }
+	return errors.As(err, &pe) && pe.SQLState() == "53100"
+}
+
 // queryAll runs q and scans every row with scan.
 func queryAll[T any](ctx context.Context, db *sql.DB, scan func(rowScanner) (T, error), q string, args ...any) ([]T, error) {
 	rows, err := db.QueryContext(ctx, q, args...)

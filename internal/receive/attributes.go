@@ -94,7 +94,7 @@ func requestAttributes(r *http.Request, hop attr.Hop) *attr.Map {
 		if !ok {
 			continue
 		}
-		k, v = unescape(k), unescape(v)
+		k, v = noControls(unescape(k)), noControls(unescape(v))
 		if lower := strings.ToLower(k); notAttributes[lower] && lower != "compression" {
 			continue
 		}
@@ -142,3 +142,20 @@ func newUUID() string {
 	hex.Encode(out[24:36], b[10:16])
 	return string(out[:])
 }
+
+// noControls replaces NUL and the other control characters (which no
+// header can carry, but a URL-decoded query parameter can) with a space:
+// attributes are text, and PostgreSQL refuses NUL in JSON text.
+func noControls(s string) string {
+	if !strings.ContainsFunc(s, isControl) {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if isControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+func isControl(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/streamfile"
 )
@@ -170,7 +171,7 @@ func (p *post) readError(raw *bodyReader, err error, decoding bool) error {
 
 // storeError classifies a failure of the store.
 func storeError(err error) error {
-	if store.IsNoSpace(err) {
+	if store.IsNoSpace(err) || meta.IsFull(err) {
 		return wrap(Unavailable, err, "the store is out of disk space")
 	}
 	return wrap(UnknownError, err, "storing the data failed")

@@ -49,7 +49,9 @@ func (d *decoderPools) open(coding string, r io.Reader) (io.Reader, func(), erro
 		return &endChecked{r: zr, rest: br}, func() { _ = zr.Close() }, nil
 	case "zstd":
 		zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
-			zstd.WithDecoderMaxWindow(32<<20))
+			// RFC 9659 bounds the zstd content coding's window at 8 MiB;
+			// a bigger one lets a tiny body pin tens of MiB per post.
+			zstd.WithDecoderMaxWindow(8<<20))
 		if err != nil {
 			return nil, nil, err
 		}
