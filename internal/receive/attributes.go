@@ -94,7 +94,15 @@ func requestAttributes(r *http.Request, hop attr.Hop) *attr.Map {
 		if !ok {
 			continue
 		}
-		k, v = noControls(unescape(k)), noControls(unescape(v))
+		k, v = unescape(k), unescape(v)
+		// A NUL (which no header can carry, but a decoded query parameter
+		// can) is not text: PostgreSQL refuses it in the stored attributes.
+		// A Feed keeps it, to be refused by the feed checks with the name
+		// quoted as sent.
+		k = strings.ReplaceAll(k, "\x00", "\uFFFD")
+		if !strings.EqualFold(k, "Feed") {
+			v = strings.ReplaceAll(v, "\x00", "\uFFFD")
+		}
 		if lower := strings.ToLower(k); notAttributes[lower] && lower != "compression" {
 			continue
 		}
@@ -142,20 +150,3 @@ func newUUID() string {
 	hex.Encode(out[24:36], b[10:16])
 	return string(out[:])
 }
-
-// noControls replaces NUL and the other control characters (which no
-// header can carry, but a URL-decoded query parameter can) with a space:
-// attributes are text, and PostgreSQL refuses NUL in JSON text.
-func noControls(s string) string {
-	if !strings.ContainsFunc(s, isControl) {
-		return s
-	}
-	return strings.Map(func(r rune) rune {
-		if isControl(r) {
-			return ' '
-		}
-		return r
-	}, s)
-}
-
-func isControl(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }
