@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -190,10 +191,18 @@ func serve(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := app.NewLogger(cfg.Log, stderr)
+	return runServer(cfg.Log, stderr, func(ctx context.Context, log *slog.Logger) (*app.App, error) {
+		return app.New(ctx, cfg, log)
+	})
+}
+
+// runServer starts a server (the main service or a proxy) with the
+// process logger and serves until SIGINT or SIGTERM.
+func runServer(lc config.Log, stderr io.Writer, start func(context.Context, *slog.Logger) (*app.App, error)) error {
+	log := app.NewLogger(lc, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	a, err := app.New(ctx, cfg, log)
+	a, err := start(ctx, log)
 	if err != nil {
 		return err
 	}

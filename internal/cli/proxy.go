@@ -6,11 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
+	"log/slog"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -86,14 +84,9 @@ func proxyCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := app.NewLogger(cfg.Log, stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	a, err := app.NewProxy(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	return a.Run(ctx)
+	return runServer(cfg.Log, stderr, func(ctx context.Context, log *slog.Logger) (*app.App, error) {
+		return app.NewProxy(ctx, cfg, log)
+	})
 }
 
 // proxyTool runs the inspect and replay tools on a proxy's repository;
