@@ -191,7 +191,7 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 		host = node
 	}
 	ro := receive.Options{
-		Config: cfg.Receive, Feeds: a.repo, Store: a.store, IDs: ids, Host: host, TempDir: tmp,
+		Config: cfg.Receive, Feeds: meta.NewFeedCache(a.repo, cfg.Receive.FeedCacheTTL.D()), Store: a.store, IDs: ids, Host: host, TempDir: tmp,
 		Auth: a.sec.chain, CertAttributes: a.sec.certs.Attributes,
 		Log: log.With("log", "receive"), Metrics: receive.NewMetrics(a.registry),
 	}

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -103,6 +104,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 // common holds the flags every command takes.
 type common struct {
 	config, data, db, listen, node string
+	// cpuProfile, when set, names a file a server writes a CPU profile
+	// of its whole run to (for `go tool pprof`), finished at shutdown.
+	cpuProfile string
 }
 
 func (c *common) register(fs *flag.FlagSet, server bool) {
@@ -111,6 +115,7 @@ func (c *common) register(fs *flag.FlagSet, server bool) {
 	fs.StringVar(&c.db, "db", "", "metadata database: empty for SQLite in the data directory, or a postgres:// URL")
 	if server {
 		fs.StringVar(&c.listen, "listen", "", "address to listen on (default 127.0.0.1:8080)")
+		fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
 	}
 	fs.StringVar(&c.node, "node", "", "node name used in receipt ids (default: the host name)")
 }
@@ -191,15 +196,32 @@ func serve(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return runServer(cfg.Log, stderr, func(ctx context.Context, log *slog.Logger) (*app.App, error) {
+	return runServer(cfg.Log, c.cpuProfile, stderr, func(ctx context.Context, log *slog.Logger) (*app.App, error) {
 		return app.New(ctx, cfg, log)
 	})
 }
 
 // runServer starts a server (the main service or a proxy) with the
-// process logger and serves until SIGINT or SIGTERM.
-func runServer(lc config.Log, stderr io.Writer, start func(context.Context, *slog.Logger) (*app.App, error)) error {
+// process logger and serves until SIGINT or SIGTERM, profiling the CPU
+// into cpuProfile if it is set.
+func runServer(lc config.Log, cpuProfile string, stderr io.Writer, start func(context.Context, *slog.Logger) (*app.App, error)) error {
 	log := app.NewLogger(lc, stderr)
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				log.Error("cpu profile", "err", err)
+			}
+		}()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	a, err := start(ctx, log)

@@ -116,9 +116,14 @@ type Receive struct {
 	DataFeedIdentitiesDir              string               `yaml:"dataFeedIdentitiesDir"` // relative to the data directory unless absolute
 	DataFeedOwnerMetaKey               string               `yaml:"dataFeedOwnerMetaKey"`
 	DataFeedKeyCacheTTL                Duration             `yaml:"dataFeedKeyCacheTTL"`
-	X509CertificateDnHeader            string               `yaml:"x509CertificateDnHeader"`
-	X509CertificateDnFormat            string               `yaml:"x509CertificateDnFormat"`
-	AllowedCertificateProviders        []string             `yaml:"allowedCertificateProviders"`
+	// FeedCacheTTL is how long the receive path trusts a feed it looked up
+	// (status, default type) before asking the database again. Changes made
+	// through this server apply at once; changes by another process (the
+	// admin command, another node) within this time. 0: ask every post.
+	FeedCacheTTL                Duration `yaml:"feedCacheTTL"`
+	X509CertificateDnHeader     string   `yaml:"x509CertificateDnHeader"`
+	X509CertificateDnFormat     string   `yaml:"x509CertificateDnFormat"`
+	AllowedCertificateProviders []string `yaml:"allowedCertificateProviders"`
 }
 
 // Store configures the stream store.
@@ -163,6 +168,7 @@ func Default() Config {
 			DataFeedIdentitiesDir:              "data_feed_identities",
 			DataFeedOwnerMetaKey:               "AccountId",
 			DataFeedKeyCacheTTL:                Duration(5 * time.Minute),
+			FeedCacheTTL:                       Duration(time.Second),
 			X509CertificateDnHeader:            "X-SSL-CLIENT-S-DN",
 			X509CertificateDnFormat:            "LDAP",
 		},
@@ -271,6 +277,9 @@ func (c *Config) Validate() error {
 	}
 	if r.MaxRequestSize < 0 {
 		add("receive.maxRequestSize: must not be negative")
+	}
+	if r.FeedCacheTTL < 0 {
+		add("receive.feedCacheTTL: must not be negative (0 turns the cache off)")
 	}
 	if len(r.MetaTypes) == 0 {
 		add("receive.metaTypes: must list at least one stream type")

@@ -75,6 +75,7 @@ func (r *Repo) CreateFeed(ctx context.Context, f feed.Feed) error {
 		}
 		return nil
 	})
+	r.feedGen.Add(1)
 	if err != nil {
 		return fmt.Errorf("create feed %q: %w", f.Name, err)
 	}
@@ -161,6 +162,7 @@ func (r *Repo) updateFeed(ctx context.Context, f feed.Feed, version int64) (feed
 		}
 		return &StaleError{What: fmt.Sprintf("feed %q", f.Name), Want: version, Current: current}
 	})
+	r.feedGen.Add(1)
 	return got, err
 }
 
@@ -194,6 +196,7 @@ func (r *Repo) DeleteFeed(ctx context.Context, name string, force bool) (live in
 		_, err = tx.ExecContext(ctx, `DELETE FROM feeds WHERE name = $1`, name)
 		return err
 	})
+	r.feedGen.Add(1)
 	if err != nil {
 		return live, fmt.Errorf("delete feed %q: %w", name, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	// Drivers register themselves with database/sql under "pgx" and "sqlite".
@@ -52,6 +53,10 @@ type Repo struct {
 	// every commit under load. Other processes (an admin CLI) still contend
 	// via busy_timeout. Nil on PostgreSQL, which handles concurrent writers.
 	writeGate chan struct{}
+
+	// feedGen goes up after every feed change this Repo commits, so that a
+	// FeedCache knows its entries are stale.
+	feedGen atomic.Uint64
 }
 
 // Open connects and migrates. dsn "" selects SQLite in <dataDir>/weir.db; a
