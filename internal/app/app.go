@@ -107,7 +107,12 @@ func OpenStorage(ctx context.Context, cfg config.Config, node string, log *slog.
 	if o.Repo, err = meta.Open(ctx, cfg.DB, cfg.Data, log); err != nil {
 		return nil, fmt.Errorf("open metadata: %w", err)
 	}
-	if o.Codec, err = streamfile.NewCodec(); err != nil {
+	comp, err := streamfile.ParseCompression(cfg.Store.Compression)
+	if err != nil {
+		o.Close()
+		return nil, fmt.Errorf("store.compression: %w", err)
+	}
+	if o.Codec, err = streamfile.NewCodecFor(comp); err != nil {
 		o.Close()
 		return nil, fmt.Errorf("start codec: %w", err)
 	}

@@ -112,7 +112,7 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 			// RETURNING works on both engines; rows are inserted one at a time
 			// because neither engine promises RETURNING order for a
 			// multi-row INSERT, and ids must map back to their structs.
-			stmt, err := tx.PrepareContext(ctx, `INSERT INTO streams
+			stmt, err := r.txStmt(ctx, tx, `INSERT INTO streams
 				(feed, type, status, create_ms, effective_ms, status_ms, node, receipt_id, parts, raw_size, file_size, attributes)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 				RETURNING id`)
@@ -136,7 +136,7 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 			}
 		}
 		if len(b.Packed) > 0 {
-			stmt, err := tx.PrepareContext(ctx, `INSERT INTO streams
+			stmt, err := r.txStmt(ctx, tx, `INSERT INTO streams
 				(feed, type, status, create_ms, effective_ms, status_ms, node, receipt_id, parts, raw_size, file_size, attributes, pack, pack_offset)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 				RETURNING id`)
@@ -156,7 +156,7 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 		if len(b.Unlock) > 0 {
 			// The status condition makes the check and the change one
 			// statement, so no other writer can slip in between.
-			stmt, err := tx.PrepareContext(ctx, `UPDATE streams SET
+			stmt, err := r.txStmt(ctx, tx, `UPDATE streams SET
 				status = $1, status_ms = $2, parts = $3, raw_size = $4, file_size = $5, attributes = $6
 				WHERE id = $7 AND status = $8`)
 			if err != nil {
@@ -186,7 +186,7 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 			}
 		}
 		if len(b.Delete) > 0 {
-			stmt, err := tx.PrepareContext(ctx, `DELETE FROM streams WHERE id = $1`)
+			stmt, err := r.txStmt(ctx, tx, `DELETE FROM streams WHERE id = $1`)
 			if err != nil {
 				return fmt.Errorf("prepare delete: %w", err)
 			}

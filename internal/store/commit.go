@@ -42,11 +42,24 @@ func (s *Store) submit(ctx context.Context, r *request) error {
 // commitLoop is the group committer. It takes whatever requests queued up
 // while the previous commit ran and commits them together: no timer, so an
 // idle server commits at once and a busy one batches naturally.
+//
+// It is a pipeline of two stages, so that the two waits for the disk
+// overlap: while one batch's transaction commits (stage two), the next
+// batch's directories and pack are written and fsynced (stage one). A
+// batch's rows are still committed only after its files are durable.
 func (s *Store) commitLoop() {
 	defer close(s.done)
-	batch := make([]*request, 0, maxBatch)
+	written := make(chan *staged, 1)
+	applied := make(chan struct{})
+	go func() {
+		defer close(applied)
+		for st := range written {
+			s.finish(st)
+		}
+	}()
 	for r := range s.commits {
-		batch = append(batch[:0], r)
+		batch := make([]*request, 1, maxBatch)
+		batch[0] = r
 	fill:
 		for len(batch) < maxBatch {
 			select {
@@ -59,34 +72,62 @@ func (s *Store) commitLoop() {
 				break fill
 			}
 		}
-		s.commitBatch(batch)
+		written <- s.stage(batch)
 	}
+	close(written)
+	<-applied
+	s.packMu.Lock()
+	s.closePack()
+	s.packMu.Unlock()
 }
 
-func (s *Store) commitBatch(batch []*request) {
-	start := time.Now()
-	err := s.apply(batch)
-	if err != nil && len(batch) > 1 {
+// staged is a batch whose files are durable (or failed to be), waiting for
+// its transaction.
+type staged struct {
+	batch []*request
+	b     meta.Batch
+	items []*packItem
+	pack  packWrite
+	start time.Time
+	err   error // from stage one
+}
+
+// finish commits a staged batch's transaction and answers its requests.
+func (s *Store) finish(st *staged) {
+	err := st.err
+	if err == nil {
+		err = s.commitRows(st)
+	}
+	if err != nil && len(st.batch) > 1 {
 		// One bad request must not fail its neighbours: retry each alone.
-		for _, r := range batch {
+		for _, r := range st.batch {
 			r.done <- s.apply([]*request{r})
 		}
 	} else {
-		for _, r := range batch {
+		for _, r := range st.batch {
 			r.done <- err
 		}
 	}
 	if m := s.opt.Metrics; m != nil {
-		m.batchSize.Observe(float64(len(batch)))
-		m.commitSeconds.Observe(time.Since(start).Seconds())
+		m.batchSize.Observe(float64(len(st.batch)))
+		m.commitSeconds.Observe(time.Since(st.start).Seconds())
 	}
 }
 
-// apply makes a set of requests durable: directory entries first, then the
-// metadata transaction, so a committed UNLOCKED row always names a file
-// that survives a crash.
+// apply makes a set of requests durable, both stages at once.
 func (s *Store) apply(batch []*request) error {
-	var b meta.Batch
+	st := s.stage(batch)
+	if st.err != nil {
+		return st.err
+	}
+	return s.commitRows(st)
+}
+
+// stage is stage one: the directory entries of the batch's own-file
+// streams and its pack are made durable, so that a committed UNLOCKED row
+// always names a file that survives a crash.
+func (s *Store) stage(batch []*request) *staged {
+	st := &staged{batch: batch, start: time.Now()}
 	seen := make(map[string]bool)
 	for _, r := range batch {
 		for _, d := range r.dirs {
@@ -95,45 +136,50 @@ func (s *Store) apply(batch []*request) error {
 			}
 			seen[d] = true
 			if err := syncDir(d); err != nil {
-				return err
+				st.err = err
+				return st
 			}
 		}
-		b.Create = append(b.Create, r.create...)
-		b.Delete = append(b.Delete, r.delete...)
-		b.Unlock = append(b.Unlock, r.unlock...)
+		st.b.Create = append(st.b.Create, r.create...)
+		st.b.Delete = append(st.b.Delete, r.delete...)
+		st.b.Unlock = append(st.b.Unlock, r.unlock...)
 	}
-	var items []*packItem
 	for _, r := range batch {
 		for i := range r.pack {
-			items = append(items, &r.pack[i])
+			st.items = append(st.items, &r.pack[i])
 		}
 	}
-	var pack string
-	if len(items) > 0 {
+	if len(st.items) > 0 {
 		var err error
-		if pack, err = s.writePack(items); err != nil {
-			return err
+		if st.pack, err = s.writePack(st.items); err != nil {
+			st.err = err
+			return st
 		}
-		for _, it := range items {
-			b.Packed = append(b.Packed, it.row)
+		for _, it := range st.items {
+			st.b.Packed = append(st.b.Packed, it.row)
 		}
 	}
+	return st
+}
+
+// commitRows is stage two: the batch's rows, in one transaction.
+func (s *Store) commitRows(st *staged) error {
 	now := s.opt.Now().UnixMilli()
-	for _, row := range b.Unlock {
+	for _, row := range st.b.Unlock {
 		row.Status = meta.Unlocked
 		row.StatusMs = now
 	}
 	// The transaction is not tied to any one caller's context: callers
 	// wait for the result whatever happens to their request.
-	if err := s.repo.Apply(context.Background(), &b); err != nil {
-		for _, r := range batch {
-			for _, row := range r.unlock {
-				row.Status = meta.Locked
-			}
+	err := s.repo.Apply(context.Background(), &st.b)
+	if len(st.items) > 0 {
+		s.packDone(st.pack, st.items, err != nil)
+	}
+	if err != nil {
+		for _, row := range st.b.Unlock {
+			row.Status = meta.Locked
 		}
-		if pack != "" {
-			s.removePack(pack, items)
-		}
+		b := &st.b
 		return fmt.Errorf("commit %d streams: %w", len(b.Create)+len(b.Unlock)+len(b.Delete)+len(b.Packed), err)
 	}
 	return nil

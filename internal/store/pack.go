@@ -13,13 +13,17 @@ import (
 	"github.com/weirhq/weir/internal/meta"
 )
 
-// Small streams are stored together. The group committer writes the
-// stream files of every small post in a batch back to back into one pack
-// file, fsyncs it once, and inserts their rows (complete) in the batch's
-// transaction: a batch of small posts costs one file fsync, one directory
-// fsync and one transaction instead of a file, a rename and two
-// transactions each. A crash before the transaction commits leaves a pack
-// no row names; the next start removes it.
+// Small streams are stored together. The group committer appends the
+// stream files of every small post in a batch to the node's open pack (a
+// segment file that grows to packSegmentSize and then gives way to a new
+// one), fsyncs it once, and inserts their rows (complete) in the batch's
+// transaction: a batch of small posts costs one file fsync and one
+// transaction, where a file per post cost a create, a rename, two fsyncs
+// and two transactions each, and a new file per batch still a create and
+// a directory fsync. A crash before the transaction commits leaves bytes
+// at the end of a pack that no row names (harmless: rows name their own
+// offsets) or, if the batch had started a new pack, a pack no row names,
+// which the next start removes.
 
 // packItem is one small stream's complete stream file, to be packed.
 type packItem struct {
@@ -30,56 +34,145 @@ type packItem struct {
 const (
 	packDir    = "packs"
 	packSuffix = ".wpk"
+	// packSegmentSize is the size past which the open pack is closed and
+	// the next batch starts a new one. Packs are removed whole, once every
+	// stream in them is deleted (a proxy's forwarded posts), so smaller
+	// packs give space back sooner; bigger ones cost fewer creates.
+	packSegmentSize = 32 << 20
 )
 
-// writePack writes items into a new pack file and makes it durable, and
-// sets each row's Pack, PackOffset and FileSize. It returns the pack's
-// path relative to the root.
-func (s *Store) writePack(items []*packItem) (string, error) {
-	now := s.opt.Now().UTC()
-	rel := filepath.Join(packDir, now.Format("2006"), now.Format("01"), now.Format("02"),
-		safeName(s.opt.Node)+"-"+strconv.FormatInt(s.packSeq.Add(1), 10)+packSuffix)
-	path := filepath.Join(s.opt.Root, rel)
-	if err := mkdirAllSync(filepath.Dir(path)); err != nil {
-		return "", fmt.Errorf("create pack directory: %w", err)
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
-	if err != nil {
-		return "", fmt.Errorf("create pack: %w", err)
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			_ = os.Remove(path)
-		}
-	}()
-	var off int64
-	for _, it := range items {
-		if _, err := f.Write(it.data); err != nil {
-			return "", fmt.Errorf("write pack: %w", err)
-		}
-		it.row.Pack, it.row.PackOffset, it.row.FileSize = rel, off, int64(len(it.data))
-		off += int64(len(it.data))
-	}
-	if err := f.Sync(); err != nil {
-		return "", fmt.Errorf("sync pack: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("close pack: %w", err)
-	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
-		return "", err
-	}
-	ok = true
-	return rel, nil
+// openPack is the pack batches append to; only the committer writes it,
+// under packMu.
+type openPack struct {
+	f    *os.File
+	rel  string // path relative to the root, as rows name it
+	day  string // the day directory it is in: a new day starts a new pack
+	size int64
+	// committed is set once a batch's rows naming this pack committed.
+	committed bool
 }
 
-// removePack deletes a pack whose rows were not committed.
-func (s *Store) removePack(rel string, items []*packItem) {
-	_ = os.Remove(filepath.Join(s.opt.Root, rel))
+// packWrite is where one batch went: [start, end) of pack rel.
+type packWrite struct {
+	rel        string
+	start, end int64
+}
+
+// writePack appends items to the open pack (starting a new one when there
+// is none, it is full or the day changed) and makes them durable, and sets
+// each row's Pack, PackOffset and FileSize. The batch counts as in flight
+// on its pack, which RemoveDeleted leaves alone, until packDone.
+func (s *Store) writePack(items []*packItem) (packWrite, error) {
+	s.packMu.Lock()
+	defer s.packMu.Unlock()
+	now := s.opt.Now().UTC()
+	day := filepath.Join(packDir, now.Format("2006"), now.Format("01"), now.Format("02"))
+	if p := s.pack; p != nil && (p.size >= s.opt.PackSegment || p.day != day) {
+		s.closePack()
+	}
+	if s.pack == nil {
+		rel := filepath.Join(day, safeName(s.opt.Node)+"-"+strconv.FormatInt(s.packSeq.Add(1), 10)+packSuffix)
+		path := filepath.Join(s.opt.Root, rel)
+		if err := mkdirAllSync(filepath.Dir(path)); err != nil {
+			return packWrite{}, fmt.Errorf("create pack directory: %w", err)
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+		if err != nil {
+			return packWrite{}, fmt.Errorf("create pack: %w", err)
+		}
+		// The new name must be durable before any row names it.
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			f.Close()
+			_ = os.Remove(path)
+			return packWrite{}, err
+		}
+		s.pack = &openPack{f: f, rel: rel, day: day}
+	}
+	p := s.pack
+	w := packWrite{rel: p.rel, start: p.size, end: p.size}
+	for _, it := range items {
+		if _, err := p.f.WriteAt(it.data, w.end); err != nil {
+			s.rollbackPack(w)
+			return packWrite{}, fmt.Errorf("write pack: %w", err)
+		}
+		it.row.Pack, it.row.PackOffset, it.row.FileSize = p.rel, w.end, int64(len(it.data))
+		w.end += int64(len(it.data))
+	}
+	if err := p.f.Sync(); err != nil {
+		// After a failed fsync the kernel may have dropped the pages: no
+		// later batch may trust this file (earlier ones were synced).
+		s.rollbackPack(w)
+		s.closePack()
+		return packWrite{}, fmt.Errorf("sync pack: %w", err)
+	}
+	p.size = w.end
+	if s.packsInFlight == nil {
+		s.packsInFlight = make(map[string]int)
+	}
+	s.packsInFlight[p.rel]++
+	return w, nil
+}
+
+// packDone ends a batch's flight on its pack. A batch whose rows were not
+// committed gives its bytes back if nothing was written after them (the
+// pack goes if the batch had started it); otherwise they stay, named by
+// no row, and go with the pack.
+func (s *Store) packDone(w packWrite, items []*packItem, failed bool) {
+	s.packMu.Lock()
+	defer s.packMu.Unlock()
+	s.packsInFlight[w.rel]--
+	inFlight := s.packsInFlight[w.rel]
+	if inFlight <= 0 {
+		delete(s.packsInFlight, w.rel)
+	}
+	p := s.pack
+	if p == nil || p.rel != w.rel {
+		return
+	}
+	if !failed {
+		p.committed = true
+		return
+	}
 	for _, it := range items {
 		it.row.Pack, it.row.PackOffset = "", 0
+	}
+	switch {
+	case !p.committed && inFlight <= 0:
+		// Every batch in this pack failed: no row will ever name it.
+		s.rollbackPack(packWrite{rel: w.rel})
+	case p.size == w.end:
+		s.rollbackPack(w)
+	}
+}
+
+// rollbackPack cuts the open pack back to where batch w started (or
+// removes it, if w started it). If that fails, the pack is closed, so no
+// later batch appends after bytes no row names.
+func (s *Store) rollbackPack(w packWrite) {
+	p := s.pack
+	if p == nil || p.rel != w.rel {
+		return
+	}
+	if w.start == 0 {
+		p.f.Close()
+		_ = os.Remove(filepath.Join(s.opt.Root, p.rel))
+		s.pack = nil
+		return
+	}
+	if err := p.f.Truncate(w.start); err != nil {
+		s.closePack()
+		return
+	}
+	p.size = w.start
+}
+
+// closePack closes the open pack; the next batch starts a new one.
+func (s *Store) closePack() {
+	if s.pack != nil {
+		if err := s.pack.f.Close(); err != nil {
+			s.opt.Logger.Warn("close pack", "pack", s.pack.rel, "err", err)
+		}
+		s.pack = nil
 	}
 }
 
@@ -184,6 +277,13 @@ func newestDirs(root string, depth, n int) ([]string, error) {
 func (s *Store) RemoveDeleted(ctx context.Context, streams []meta.Stream) ([]int64, error) {
 	var purge []int64
 	packs := map[string]bool{}
+	// A pack with no batch in flight has a final live count (packMu keeps
+	// batches out while this runs); the open pack is closed first if it is
+	// to go. A pack with a batch in flight is left: that batch's rows are
+	// about to be live (if its transaction fails after all, the pack's
+	// deleted rows still name it, and the next cleanup removes it).
+	s.packMu.Lock()
+	defer s.packMu.Unlock()
 	for _, st := range streams {
 		if st.Status != meta.Deleted {
 			return purge, fmt.Errorf("stream %d is %s, not DELETED", st.ID, st.Status)
@@ -198,12 +298,18 @@ func (s *Store) RemoveDeleted(ctx context.Context, streams []meta.Stream) ([]int
 		purge = append(purge, st.ID)
 	}
 	for pack := range packs {
+		if s.packsInFlight[pack] > 0 {
+			continue
+		}
 		live, err := s.repo.PackLive(ctx, pack)
 		if err != nil {
 			return purge, err
 		}
 		if live > 0 {
 			continue
+		}
+		if s.pack != nil && s.pack.rel == pack {
+			s.closePack()
 		}
 		if err := os.Remove(filepath.Join(s.opt.Root, pack)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return purge, fmt.Errorf("remove pack %s: %w", pack, err)

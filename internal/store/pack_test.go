@@ -740,6 +740,77 @@ func TestPackFailedTransaction(t *testing.T) {
 	})
 }
 
+// TestPackSegments: batches append to the open pack until it passes the
+// segment size, then the next batch starts a new one; a batch whose
+// transaction fails is cut off the pack, and the next batch goes where it
+// was. Every committed stream reads back.
+func TestPackSegments(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		repo := &failPackedRepo{Repo: e.repo, root: e.root()}
+		s, err := store.Open(context.Background(), repo, e.codec, store.Options{
+			Root: e.root(), Node: "n1", BlockSize: 4096, PackMax: 8 << 10, PackSegment: 6 << 10,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		size := func(pack string) int64 {
+			t.Helper()
+			fi, err := os.Stat(filepath.Join(e.root(), pack))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return fi.Size()
+		}
+		content := map[int64][]byte{}
+		commit := func(feed string, data []byte) meta.Stream {
+			t.Helper()
+			st := commitOne(t, s, feed, []section{{streamfile.Data, 0, data}})
+			content[st.ID] = data
+			return st
+		}
+
+		a := commit("SEG-A", []byte("first"))
+		b := commit("SEG-B", []byte("second"))
+		if a.Pack == "" || b.Pack != a.Pack || b.PackOffset != a.PackOffset+a.FileSize {
+			t.Fatalf("two batches: A in %q at %d (%d bytes), B in %q at %d; want B right after A in one pack",
+				a.Pack, a.PackOffset, a.FileSize, b.Pack, b.PackOffset)
+		}
+		end := b.PackOffset + b.FileSize
+
+		// A failed transaction in the middle of a pack: its bytes go.
+		repo.fail.Store(true)
+		post := s.Begin()
+		w, _ := post.NewStream(context.Background(), spec("SEG-FAIL"))
+		if err := writeSections(w, []section{{streamfile.Data, 0, []byte("never stored")}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := post.Commit(context.Background()); err == nil {
+			t.Fatal("commit succeeded with a failing transaction")
+		}
+		repo.fail.Store(false)
+		if got := size(a.Pack); got != end {
+			t.Fatalf("pack is %d bytes after a failed batch, want %d (cut back)", got, end)
+		}
+		c := commit("SEG-C", randomBytes(9, 7<<10)) // takes the pack past its segment size
+		if c.Pack != a.Pack || c.PackOffset != end {
+			t.Fatalf("after the failed batch: C in %q at %d, want %q at %d", c.Pack, c.PackOffset, a.Pack, end)
+		}
+		d := commit("SEG-D", []byte("next pack"))
+		if d.Pack == "" || d.Pack == a.Pack || d.PackOffset != 0 {
+			t.Fatalf("after the segment size: D in %q at %d, want a new pack at 0", d.Pack, d.PackOffset)
+		}
+		if got := packFiles(t, e.root()); len(got) != 2 {
+			t.Fatalf("packs %v, want 2", got)
+		}
+		for id, want := range content {
+			if got := read(t, s, id, streamfile.Data, 0); !bytes.Equal(got, want) {
+				t.Errorf("stream %d reads %d bytes, want %d", id, len(got), len(want))
+			}
+		}
+	})
+}
+
 // TestPackOrphansRemovedAtOpen simulates a crash between a pack's write and
 // its transaction: at the next start the pack no row names is removed, if
 // it is this node's; other nodes' packs and referenced packs stay.
@@ -832,7 +903,7 @@ func TestPackRemoveDeleted(t *testing.T) {
 		s := e.openPacked(t, nil, "n1", limit)
 		ctx := context.Background()
 
-		// Three streams of one post share one pack.
+		// Three streams of one post share the open pack.
 		post := s.Begin()
 		content := map[string][]section{}
 		for i, feed := range []string{"DEL-A", "DEL-B", "DEL-C"} {
@@ -861,11 +932,6 @@ func TestPackRemoveDeleted(t *testing.T) {
 		if own.Pack != "" {
 			t.Fatalf("big stream packed in %q", own.Pack)
 		}
-		other := commitOne(t, s, "DEL-OTHER", []section{{streamfile.Data, 0, []byte("other pack")}})
-		if other.Pack == "" || other.Pack == pack {
-			t.Fatalf("other stream in pack %q", other.Pack)
-		}
-
 		deleted := func(ids ...int64) []meta.Stream {
 			t.Helper()
 			var out []meta.Stream
@@ -914,6 +980,12 @@ func TestPackRemoveDeleted(t *testing.T) {
 		slices.Sort(again)
 		if err != nil || !slices.Equal(again, ids) {
 			t.Fatalf("retry: %v %v", again, err)
+		}
+
+		// That pack was the open one: the next batch starts a new pack.
+		other := commitOne(t, s, "DEL-OTHER", []section{{streamfile.Data, 0, []byte("other pack")}})
+		if other.Pack == "" || other.Pack == pack {
+			t.Fatalf("stream after its pack was removed is in pack %q", other.Pack)
 		}
 
 		// A stream with its own file goes at once.

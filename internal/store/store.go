@@ -45,9 +45,12 @@ type Options struct {
 	// the group commit's shared pack file; bigger streams get a file of
 	// their own. 0: every stream gets its own file.
 	PackMax int
-	Logger  *slog.Logger
-	Metrics *Metrics // may be nil
-	Now     func() time.Time
+	// PackSegment is the size past which the open pack is closed and the
+	// next batch starts a new one; 0: packSegmentSize.
+	PackSegment int64
+	Logger      *slog.Logger
+	Metrics     *Metrics // may be nil
+	Now         func() time.Time
 	// ReadOnly opens the store for reading only: no recovery and no
 	// committer, so an admin command can read while a server writes.
 	ReadOnly bool
@@ -55,15 +58,21 @@ type Options struct {
 
 // Store writes and reads streams.
 type Store struct {
-	opt      Options
-	packSeq  atomic.Int64 // pack file names: unique per node across restarts
-	packBufs sync.Pool    // *bytes.Buffer for small streams
-	repo     Repo
-	codec    *streamfile.Codec
-	commits  chan *request
-	done     chan struct{}
-	closeMu  sync.RWMutex // held for reading while a request is submitted; Close takes it to stop submissions
-	closed   bool
+	opt     Options
+	packSeq atomic.Int64 // pack file names: unique per node across restarts
+	// packMu guards pack, the pack batches append to, and packsInFlight,
+	// the number of batches written to each pack whose rows are not yet
+	// committed (or failed).
+	packMu        sync.Mutex
+	pack          *openPack
+	packsInFlight map[string]int
+	packBufs      sync.Pool // *bytes.Buffer for small streams
+	repo          Repo
+	codec         *streamfile.Codec
+	commits       chan *request
+	done          chan struct{}
+	closeMu       sync.RWMutex // held for reading while a request is submitted; Close takes it to stop submissions
+	closed        bool
 }
 
 // ErrNotReadable is returned by Open for a stream that exists but is not
@@ -84,6 +93,9 @@ func Open(ctx context.Context, repo Repo, codec *streamfile.Codec, opt Options) 
 	}
 	if opt.BlockSize == 0 {
 		opt.BlockSize = streamfile.DefaultBlockSize
+	}
+	if opt.PackSegment <= 0 {
+		opt.PackSegment = packSegmentSize
 	}
 	if err := os.MkdirAll(opt.Root, 0o750); err != nil {
 		return nil, fmt.Errorf("create store root: %w", err)

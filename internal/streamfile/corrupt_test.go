@@ -239,16 +239,25 @@ func resealIndex(t *testing.T, c *Codec, file []byte, idxOff int, mutate func([]
 // TestForgedBlock damages blocks and then recomputes every checksum (as the
 // fuzzer's reseal does), so the checks behind the CRC are what must catch it.
 func TestForgedBlock(t *testing.T) {
-	c := newTestCodec(t)
+	for _, comp := range []struct {
+		c   Compression
+		enc uint8
+	}{{Zstd, encZstd}, {S2, encS2}} {
+		t.Run(fmt.Sprint(comp.enc), func(t *testing.T) { testForgedBlock(t, comp.c, comp.enc) })
+	}
+}
+
+func testForgedBlock(t *testing.T, comp Compression, enc uint8) {
+	c := newTestCodecFor(t, comp)
 	file := corruptTestStream(t, c)
 	r, err := NewReader(bytes.NewReader(file), int64(len(file)), c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Data part 0 is log text in 1000-byte blocks: zstd-compressed.
+	// Data part 0 is log text in 1000-byte blocks: compressed.
 	e := r.sections[sectionKey(Data, 0)].blocks[1]
-	if file[e.fileOffset+1] != encZstd {
-		t.Fatalf("test stream's Data part 0 block 1 has encoding %d, want zstd", file[e.fileOffset+1])
+	if file[e.fileOffset+1] != enc {
+		t.Fatalf("test stream's Data part 0 block 1 has encoding %d, want %d", file[e.fileOffset+1], enc)
 	}
 	payload := e.fileOffset + blockHeaderLen
 	for _, tc := range []struct {
@@ -256,9 +265,14 @@ func TestForgedBlock(t *testing.T) {
 		mutate func(b []byte)
 		substr string
 	}{
-		{"garbage zstd payload", func(b []byte) {
+		{"garbage payload", func(b []byte) {
 			copy(b[payload:payload+int64(e.clen)], bytes.Repeat([]byte{0xff}, int(e.clen)))
-		}, "inflate"},
+		}, ""},
+		{"payload bytes flipped", func(b []byte) {
+			for i := payload + int64(e.clen)/2; i < payload+int64(e.clen); i++ {
+				b[i] ^= 0x5a
+			}
+		}, ""},
 		{"unknown encoding", func(b []byte) { b[e.fileOffset+1] = 7 }, "unknown encoding"},
 		{"compressed block relabelled raw", func(b []byte) { b[e.fileOffset+1] = encRaw }, "raw block"},
 		{"block header names another part", func(b []byte) { b[e.fileOffset+4] = 9 }, "disagrees with the index"},
@@ -291,7 +305,16 @@ func TestForgedBlock(t *testing.T) {
 // longer, consistently in block header, index and section size, with all
 // checksums recomputed: only the inflated length can tell.
 func TestForgedUncompressedLength(t *testing.T) {
-	c := newTestCodec(t)
+	for _, comp := range []struct {
+		c   Compression
+		enc uint8
+	}{{Zstd, encZstd}, {S2, encS2}} {
+		t.Run(fmt.Sprint(comp.enc), func(t *testing.T) { testForgedUncompressedLength(t, comp.c, comp.enc) })
+	}
+}
+
+func testForgedUncompressedLength(t *testing.T, comp Compression, enc uint8) {
+	c := newTestCodecFor(t, comp)
 	file := corruptTestStream(t, c)
 	r, err := NewReader(bytes.NewReader(file), int64(len(file)), c)
 	if err != nil {
@@ -300,8 +323,8 @@ func TestForgedUncompressedLength(t *testing.T) {
 	blocks := r.sections[sectionKey(Data, 0)].blocks
 	last := len(blocks) - 1 // Data part 0's blocks come first in the table
 	e := blocks[last]
-	if file[e.fileOffset+1] != encZstd {
-		t.Fatalf("last block has encoding %d, want zstd", file[e.fileOffset+1])
+	if file[e.fileOffset+1] != enc {
+		t.Fatalf("last block has encoding %d, want %d", file[e.fileOffset+1], enc)
 	}
 	b := bytes.Clone(file)
 	le := binary.LittleEndian

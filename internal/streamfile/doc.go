@@ -35,7 +35,8 @@
 //	off size field
 //	  0    1 channel    0 = Data, 1 = Context, 2 = Meta Data
 //	  1    1 encoding   0 = raw (payload is the bytes themselves),
-//	                    1 = zstd (payload is one or more zstd frames)
+//	                    1 = zstd (payload is one or more zstd frames),
+//	                    2 = s2 (payload is one S2 block, github.com/klauspost/compress/s2)
 //	  2    2 reserved   0
 //	  4    4 part       0-based part number
 //	  8    8 secOffset  offset of the block's first uncompressed byte within
@@ -45,8 +46,9 @@
 //	 24    4 crc32c of block-header bytes [0, 24) followed by the payload
 //	 28 clen payload
 //
-// A writer stores a block raw when zstd would not make it smaller, so
-// clen <= ulen always holds and raw blocks have clen == ulen. All blocks of a
+// A writer stores a block raw when compression would not make it smaller
+// (and, by default, when it is under 4 KiB, where compressing costs more
+// than it saves), so clen <= ulen always holds and raw blocks have clen == ulen. All blocks of a
 // section are written in order and are full (ulen == blockSize) except the
 // last, but readers must not depend on that: the index is authoritative.
 //
@@ -99,7 +101,7 @@
 // for the one whose [secOffset, secOffset+ulen) contains off, then for each
 // block up to off+n: read 28+clen bytes at fileOffset, check the crc32c, check
 // that channel, part, secOffset, clen and ulen equal the index record, inflate
-// (zstd) or take (raw) the payload, and check it is exactly ulen bytes.
+// (zstd, s2) or take (raw) the payload, and check it is exactly ulen bytes.
 //
 // # Limits
 //

@@ -67,6 +67,7 @@ const (
 
 	encRaw  = 0
 	encZstd = 1
+	encS2   = 2
 
 	flagPresent = 1
 )

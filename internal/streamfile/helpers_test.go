@@ -10,13 +10,19 @@ import (
 	"testing"
 )
 
-func newTestCodec(tb testing.TB) *Codec {
+func newTestCodec(tb testing.TB) *Codec { return newTestCodecFor(tb, Zstd) }
+
+// newTestCodecFor is a codec compressing with comp that compresses every
+// block, however small, so the tests' small blocks exercise the compressed
+// path; TestSmallBlocksRaw covers the default threshold.
+func newTestCodecFor(tb testing.TB, comp Compression) *Codec {
 	tb.Helper()
-	c, err := NewCodec()
+	c, err := NewCodecFor(comp)
 	if err != nil {
-		tb.Fatalf("NewCodec: %v", err)
+		tb.Fatalf("NewCodecFor: %v", err)
 	}
 	tb.Cleanup(c.Close)
+	c.minCompress = 0
 	return c
 }
 

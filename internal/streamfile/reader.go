@@ -11,6 +11,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -382,6 +383,19 @@ func (s *sectionReaderAt) readBlock(i int, dst []byte) error {
 		if errors.Is(err, zstd.ErrDecoderClosed) {
 			return fmt.Errorf("streamfile: %s: %w", name(), err)
 		}
+		if err != nil {
+			return corruptf("streamfile: %s: inflate: %v", name(), err)
+		}
+		if len(out) != len(dst) || &out[0] != &dst[0] {
+			return corruptf("streamfile: %s: inflated to %d bytes, index says %d", name(), len(out), len(dst))
+		}
+	case encS2:
+		// Check the declared length first: Decode would allocate for a
+		// longer one.
+		if n, err := s2.DecodedLen(payload); err != nil || n != len(dst) {
+			return corruptf("streamfile: %s: s2 block declares %d bytes (%v), index says %d", name(), n, err, len(dst))
+		}
+		out, err := s2.Decode(dst[:0:len(dst)], payload)
 		if err != nil {
 			return corruptf("streamfile: %s: inflate: %v", name(), err)
 		}

@@ -49,7 +49,13 @@ func roundTripSections(bs int) []section {
 }
 
 func TestRoundTrip(t *testing.T) {
-	c := newTestCodec(t)
+	for _, comp := range []Compression{S2, Zstd, None} {
+		t.Run(fmt.Sprintf("compression=%d", comp), func(t *testing.T) { testRoundTrip(t, comp) })
+	}
+}
+
+func testRoundTrip(t *testing.T, comp Compression) {
+	c := newTestCodecFor(t, comp)
 	for _, bs := range []int{0, 4093, 64 << 10} {
 		t.Run(fmt.Sprintf("blocksize=%d", bs), func(t *testing.T) {
 			effective := bs
@@ -268,6 +274,36 @@ func TestIncompressibleStoredRaw(t *testing.T) {
 	}
 	r := openStream(t, c, path)
 	checkSection(t, r, Data, 0, data, 64<<10)
+}
+
+// TestSmallBlocksRaw: with the codec's defaults, a block under
+// minCompressSize is stored raw (zstd's fixed cost is not worth it there)
+// and a larger one of the same text compressed; both read back.
+func TestSmallBlocksRaw(t *testing.T) {
+	c, err := NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	text := bytes.Repeat([]byte("2024-03-01T12:34:56Z host=web-01 level=INFO msg=ok\n"), 400)
+	small := text[:minCompressSize-1]
+	path, _ := writeStream(t, c, WriterOptions{}, []section{{Data, 0, small}, {Meta, 0, text}})
+	r := openStream(t, c, path)
+	file, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ch   Channel
+		want uint8
+	}{{Data, encRaw}, {Meta, encS2}} {
+		e := r.sections[sectionKey(tc.ch, 0)].blocks[0]
+		if got := file[e.fileOffset+1]; got != tc.want {
+			t.Errorf("%s block of %d bytes has encoding %d, want %d", tc.ch, e.ulen, got, tc.want)
+		}
+	}
+	checkSection(t, r, Data, 0, small, DefaultBlockSize)
+	checkSection(t, r, Meta, 0, text, DefaultBlockSize)
 }
 
 func TestWriterErrors(t *testing.T) {
