@@ -28,8 +28,15 @@ const batchLimit = 512
 
 // sinceMargin is how far behind the newest pass the stream scan starts:
 // streams are completed in commit order, by one committer, so a margin
-// only has to cover clock steps.
-const sinceMargin = 10 * time.Second
+// only has to cover clock steps (and the full scan every minute covers a
+// larger one). Every pass reads the index over the margin, so it is kept
+// short.
+const sinceMargin = 3 * time.Second
+
+// minPassGap is the least time between passes woken by posts: under load
+// a pass per post rescanned the same recent streams hundreds of times a
+// second, while aggregates close on a scale of seconds anyway.
+const minPassGap = 50 * time.Millisecond
 
 func newAggregator(p *Proxy, cfg config.Aggregator) *aggregator {
 	return &aggregator{p: p, cfg: cfg, notify: make(chan struct{}, 1)}
@@ -54,7 +61,15 @@ func (g *aggregator) tick() time.Duration {
 func (g *aggregator) run(ctx context.Context) {
 	t := time.NewTicker(g.tick())
 	defer t.Stop()
+	var last time.Time // of the last pass that found no more work
 	for {
+		if wait := minPassGap - time.Since(last); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
 		more, err := g.pass(ctx)
 		if err != nil && ctx.Err() == nil {
 			g.p.log.Error("aggregation failed; retrying", "err", err)
@@ -64,6 +79,7 @@ func (g *aggregator) run(ctx context.Context) {
 		if more {
 			continue
 		}
+		last = time.Now()
 		select {
 		case <-ctx.Done():
 			return

@@ -32,7 +32,9 @@ func writeZip(ctx context.Context, st *store.Store, streams []meta.Stream, w io.
 }
 
 func writeStream(ctx context.Context, st *store.Store, s meta.Stream, zw *stroomzip.Writer) error {
-	r, err := st.Open(ctx, s.ID)
+	// s was read with the aggregate's streams, and only forwarding them
+	// everywhere deletes them: no need to look it up again.
+	r, err := st.OpenRow(s)
 	if err != nil {
 		return fmt.Errorf("read stream %d: %w", s.ID, err)
 	}

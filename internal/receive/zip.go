@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/klauspost/compress/flate"
+
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/store"
@@ -71,6 +73,23 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 	if err != nil {
 		return "", wrap(CompressedInvalid, err, "the body is not a valid zip file")
 	}
+	// klauspost's inflate is about a fifth faster than the standard
+	// library's, and a proxy's aggregates arrive as zips of many entries.
+	// Entries are read one at a time, so one inflater serves them all
+	// (should two ever be open at once, the second gets its own).
+	spare := &reusedInflater{}
+	zr.RegisterDecompressor(zip.Deflate, func(r io.Reader) io.ReadCloser {
+		if spare.inUse {
+			return flate.NewReader(r)
+		}
+		if spare.ReadCloser == nil {
+			spare.ReadCloser = flate.NewReader(r)
+		} else if err := spare.ReadCloser.(flate.Resetter).Reset(r, nil); err != nil {
+			return flate.NewReader(r)
+		}
+		spare.inUse = true
+		return spare
+	})
 	// The end record's count is 16 bits and the reader only checks it
 	// modulo 65536, so a zip can declare fewer entries than it holds.
 	if n := len(zr.File); n > h.cfg.MaxZipEntries {
@@ -247,6 +266,17 @@ func (p *post) copyEntry(w *store.Writer, ch streamfile.Channel, part int, files
 		}
 		return wrap(CompressedInvalid, err, "zip entry %q is corrupt", name)
 	})
+}
+
+// reusedInflater is an inflater handed to one zip entry at a time.
+type reusedInflater struct {
+	io.ReadCloser
+	inUse bool
+}
+
+func (r *reusedInflater) Close() error {
+	r.inUse = false
+	return r.ReadCloser.Close()
 }
 
 type eofReader struct{}

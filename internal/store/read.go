@@ -31,6 +31,15 @@ func (s *Store) Open(ctx context.Context, id int64) (*Reader, error) {
 	return s.openFile(st)
 }
 
+// OpenRow opens a stream whose row the caller has just read (saving the
+// lookup Open makes), as long as that row says it is complete.
+func (s *Store) OpenRow(st meta.Stream) (*Reader, error) {
+	if st.Status != meta.Unlocked {
+		return nil, fmt.Errorf("stream %d is %s: %w", st.ID, st.Status, ErrNotReadable)
+	}
+	return s.openFile(st)
+}
+
 func (s *Store) openFile(st meta.Stream) (*Reader, error) {
 	p := s.Path(st)
 	f, err := os.Open(p)
