@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -1180,6 +1182,79 @@ func TestProxyTwoDestinations(t *testing.T) {
 	sort.Strings(want)
 	if !slices.Equal(all, want) {
 		t.Errorf("delivered %q, want each of %q once", all, want)
+	}
+}
+
+// TestProxyStoredZip: with compressionLevel 0 the forwarded zip's entries
+// are STORED (no deflate at either end), and the main service still gets
+// every post byte for byte, a big one (its own file, several blocks)
+// included.
+func TestProxyStoredZip(t *testing.T) {
+	t.Parallel()
+	main := start(t, nil)
+	var mu sync.Mutex
+	methods := map[uint16]int{}
+	// A relay in front of the main service that notes each entry's method.
+	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if zr, err := zip.NewReader(bytes.NewReader(b), int64(len(b))); err == nil {
+			mu.Lock()
+			for _, f := range zr.File {
+				methods[f.Method]++
+			}
+			mu.Unlock()
+		}
+		req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, main.URL+"/datafeed", bytes.NewReader(b))
+		req.Header = r.Header.Clone()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(relay.Close)
+	stored := 0
+	px := pxProxy(t, "proxy-stored", func(c *config.Proxy) {
+		c.ForwardHTTPDestinations[0].CompressionLevel = &stored
+		c.Aggregator.MaxItemsPerAggregate = 3
+	}, relay.URL+"/datafeed")
+	big := make([]byte, 3<<20)
+	rng := mrand.New(mrand.NewPCG(7, 8))
+	for i := range big {
+		big[i] = byte('a' + rng.IntN(26))
+	}
+	want := map[string]string{}
+	for i, data := range []string{"one\n", string(big), "three\n", "", "five\n"} {
+		if data == "" {
+			data = fmt.Sprintf("post %d\n", i)
+		}
+		want[pxPost(t, px, testFeed, data)] = data
+	}
+	parts := pxWaitFeedParts(t, main, testFeed, len(want))
+	for _, p := range parts {
+		id := pxFirstHop(p)
+		if w, ok := want[id]; !ok || string(p.data) != w {
+			t.Errorf("part from %s: %d bytes, want %d", id, len(p.data), len(w))
+		}
+		delete(want, id)
+	}
+	if len(want) != 0 {
+		t.Errorf("never arrived: %v", slices.Collect(maps.Keys(want)))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if methods[zip.Store] == 0 || methods[zip.Deflate] != 0 {
+		t.Errorf("entry methods in the forwarded zips: %v; want all STORED", methods)
 	}
 }
 

@@ -68,9 +68,14 @@ type HTTPDestination struct {
 	// ForwardHeadersAdditionalAllowSet adds attribute names sent as
 	// headers; everything travels in the zip's meta entries anyway.
 	ForwardHeadersAdditionalAllowSet []string `yaml:"forwardHeadersAdditionalAllowSet"`
-	Timeout                          Duration `yaml:"timeout"`          // one forward, start to end
-	LivenessCheckURL                 string   `yaml:"livenessCheckUrl"` // GET; live when it answers 200. Empty: no check
-	Queue                            Queue    `yaml:"queue"`
+	// CompressionLevel is the deflate level of the zip's entries: 1
+	// (fastest, the default) to 9 (smallest); 0 stores them uncompressed,
+	// for a fast link where the proxy's and the downstream's CPU cost
+	// more than the bytes.
+	CompressionLevel *int     `yaml:"compressionLevel"`
+	Timeout          Duration `yaml:"timeout"`          // one forward, start to end
+	LivenessCheckURL string   `yaml:"livenessCheckUrl"` // GET; live when it answers 200. Empty: no check
+	Queue            Queue    `yaml:"queue"`
 }
 
 // ClientTLS configures the proxy as a TLS client of a downstream.
@@ -177,6 +182,14 @@ func LoadProxy(path string) (Proxy, error) {
 }
 
 // AddForward adds an HTTP destination with default settings (--forward).
+// ZipLevel is the destination's compressionLevel, 1 when it is not set.
+func (h HTTPDestination) ZipLevel() int {
+	if h.CompressionLevel == nil {
+		return 1
+	}
+	return *h.CompressionLevel
+}
+
 func (p *Proxy) AddForward(u string) {
 	p.ForwardHTTPDestinations = append(p.ForwardHTTPDestinations, HTTPDestination{ForwardURL: u})
 	p.fillQueues()
@@ -293,6 +306,9 @@ func (p *Proxy) ValidateProxy() error {
 		u, err := url.Parse(h.ForwardURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			add("%s.forwardUrl: %q is not an http:// or https:// URL", prefix, h.ForwardURL)
+		}
+		if l := h.CompressionLevel; l != nil && (*l < 0 || *l > 9) {
+			add("%s.compressionLevel: %d is not between 0 (stored) and 9", prefix, *l)
 		}
 		if h.LivenessCheckURL != "" {
 			if u, err := url.Parse(h.LivenessCheckURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") {

@@ -267,6 +267,7 @@ func TestValidateProxy(t *testing.T) {
 		}, "maxRetryDelay at least retryDelay"},
 		{"shrinking retry delay", func(p *Proxy) { p.ForwardHTTPDestinations[0].Queue.RetryDelayGrowthFactor = 0.5 }, "retryDelayGrowthFactor"},
 		{"negative repository size", func(p *Proxy) { p.Repository.MaxSize = -1 }, "repository"},
+		{"compression level 10", func(p *Proxy) { ten := 10; p.ForwardHTTPDestinations[0].CompressionLevel = &ten }, "compressionLevel"},
 		{"serve setting", func(p *Proxy) { p.Log.Level = "loud" }, "log.level"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -304,6 +305,7 @@ func TestValidateProxyValidCases(t *testing.T) {
 			p.ForwardHTTPDestinations[0].DataFeedKey, p.ForwardHTTPDestinations[0].DataFeedKeyOwner = "sdk_x", "acct"
 		}},
 		{"fallback DROP", func(p *Proxy) { p.FeedStatus.Fallback = feed.Drop }},
+		{"stored zip", func(p *Proxy) { zero := 0; p.ForwardHTTPDestinations[0].CompressionLevel = &zero }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := validProxy()

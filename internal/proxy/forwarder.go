@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/klauspost/compress/flate"
+
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
@@ -144,8 +146,12 @@ func (f *forwarder) send(ctx context.Context, fw meta.Forward) {
 	}
 	attrs := commonAttributes(fw.Aggregate, streams)
 	start := f.p.now()
+	level := flate.BestSpeed
+	if z, ok := f.dest.(interface{ ZipLevel() int }); ok {
+		level = z.ZipLevel()
+	}
 	out := f.dest.Send(ctx, fw.Aggregate, attrs, func(w io.Writer) error {
-		return writeZip(ctx, st, streams, w)
+		return writeZip(ctx, st, streams, level, w)
 	})
 	if out.Duration == 0 {
 		out.Duration = f.p.now().Sub(start)

@@ -32,6 +32,7 @@ func (d *HTTPDestination) Name() string                   { return d.name }
 func (d *HTTPDestination) Target() string                 { return d.sender.URL() }
 func (d *HTTPDestination) HasLiveness() bool              { return d.cfg.LivenessCheckURL != "" }
 func (d *HTTPDestination) Live(ctx context.Context) error { return d.sender.Live(ctx) }
+func (d *HTTPDestination) ZipLevel() int                  { return d.cfg.ZipLevel() }
 
 // Sender is the destination's HTTP client.
 func (d *HTTPDestination) Sender() *HTTPSender { return d.sender }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/klauspost/compress/flate"
-
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/store"
@@ -19,10 +17,11 @@ import (
 // every part of every stream, in order, renumbered from 0000000001, each
 // with its full attributes as its .meta entry (so ReceiptIdPath and every
 // other attribute reach the next hop), its context and its data.
-func writeZip(ctx context.Context, st *store.Store, streams []meta.Stream, w io.Writer) error {
-	// Fastest deflate: the zip is in transit and the next hop inflates it
-	// at once; the proxy's time matters more than a few percent of size.
-	zw := stroomzip.NewWriterLevel(w, flate.BestSpeed)
+// Entries are deflated at level (the destination's; by default the
+// fastest, as the zip is in transit and the next hop inflates it at once),
+// or stored when level is 0.
+func writeZip(ctx context.Context, st *store.Store, streams []meta.Stream, level int, w io.Writer) error {
+	zw := stroomzip.NewWriterLevel(w, level)
 	for _, s := range streams {
 		if err := writeStream(ctx, st, s, zw); err != nil {
 			return err

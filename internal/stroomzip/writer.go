@@ -3,6 +3,7 @@ package stroomzip
 import (
 	"archive/zip"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"time"
 
@@ -36,9 +37,10 @@ type Part struct {
 // writes the sizes in a data descriptor after each entry), but it can find
 // the end of a deflate stream. Zip64 records are added when sizes need them.
 type Writer struct {
-	zw    *zip.Writer
-	parts int
-	bytes int64 // uncompressed bytes written to entries
+	zw     *zip.Writer
+	stored bool // level 0: entries STORED, sizes and CRC in their local headers
+	parts  int
+	bytes  int64 // uncompressed bytes written to entries
 }
 
 // NewWriter starts a zip on w. Close must be called to write its directory.
@@ -46,7 +48,11 @@ func NewWriter(w io.Writer) *Writer { return NewWriterLevel(w, flate.DefaultComp
 
 // NewWriterLevel starts a zip whose entries are deflated at level (a
 // compress/flate level: flate.BestSpeed for data in transit, where
-// compression time matters more than size).
+// compression time matters more than size). Level 0 stores entries
+// uncompressed, for links where CPU costs more than bytes: an entry whose
+// reader can seek (the store's sections can) is read twice, once for its
+// CRC and size, so that its local header carries them and a streaming
+// reader finds its end; others are deflated as usual.
 func NewWriterLevel(w io.Writer, level int) *Writer {
 	zw := zip.NewWriter(w)
 	// klauspost's deflate is several times faster than the standard
@@ -65,7 +71,7 @@ func NewWriterLevel(w io.Writer, level int) *Writer {
 		fw.Reset(out)
 		return fw, nil
 	})
-	return &Writer{zw: zw}
+	return &Writer{zw: zw, stored: level == 0}
 }
 
 // WritePart writes the next part and returns its number (from 1).
@@ -87,7 +93,7 @@ func (w *Writer) WritePart(p Part) (int, error) {
 			continue
 		}
 		name := PartName(n, e.kind)
-		ew, err := w.zw.CreateHeader(&zip.FileHeader{Name: name, Method: zip.Deflate, Modified: mod})
+		ew, err := w.create(name, mod, e.r)
 		if err != nil {
 			return 0, fmt.Errorf("zip entry %s: %w", name, err)
 		}
@@ -99,6 +105,27 @@ func (w *Writer) WritePart(p Part) (int, error) {
 	}
 	w.parts = n
 	return n, nil
+}
+
+// create starts an entry for r's content: STORED with its CRC and size
+// up front when the writer stores and r can be read twice, else DEFLATE.
+func (w *Writer) create(name string, mod time.Time, r io.Reader) (io.Writer, error) {
+	rs, ok := r.(io.ReadSeeker)
+	if !w.stored || !ok {
+		return w.zw.CreateHeader(&zip.FileHeader{Name: name, Method: zip.Deflate, Modified: mod})
+	}
+	h := crc32.NewIEEE()
+	n, err := io.Copy(h, rs)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := rs.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	fh := &zip.FileHeader{Name: name, Method: zip.Store, CRC32: h.Sum32(),
+		CompressedSize64: uint64(n), UncompressedSize64: uint64(n)}
+	fh.SetModTime(mod) //nolint:staticcheck // CreateRaw takes the MS-DOS time fields only
+	return w.zw.CreateRaw(fh)
 }
 
 // Parts is the number of parts written.

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"compress/flate"
 	"encoding/binary"
+	"fmt"
+	"hash/crc32"
 	"io"
 	"math/rand/v2"
 	"slices"
@@ -28,7 +30,16 @@ func TestPartName(t *testing.T) {
 // TestWriterRoundTrip writes parts with and without context and meta and
 // reads them back twice: as a random-access zip (as weir's receiver reads
 // posts) and as a stream of local entries (as the reference system does).
+// TestWriterRoundTrip writes parts at the default level and at level 0
+// (stored) and reads them back with archive/zip and as a streaming reader
+// does, from local headers only.
 func TestWriterRoundTrip(t *testing.T) {
+	for _, level := range []int{flate.DefaultCompression, 0} {
+		t.Run(fmt.Sprintf("level=%d", level), func(t *testing.T) { testWriterRoundTrip(t, level) })
+	}
+}
+
+func testWriterRoundTrip(t *testing.T, level int) {
 	big := make([]byte, 3<<20)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range big {
@@ -41,7 +52,7 @@ func TestWriterRoundTrip(t *testing.T) {
 		{nil, nil, nil}, // data only, empty
 	}
 	var buf bytes.Buffer
-	w := NewWriter(&buf)
+	w := NewWriterLevel(&buf, level)
 	for i, p := range parts {
 		part := Part{Modified: mod}
 		if p.meta != nil {
@@ -77,11 +88,18 @@ func TestWriterRoundTrip(t *testing.T) {
 	var names []string
 	for _, f := range zr.File {
 		names = append(names, f.Name)
-		if f.Method != zip.Deflate {
-			t.Errorf("%s: method %d, want DEFLATE", f.Name, f.Method)
+		// Stored entries are those whose reader can seek (bytes.Reader);
+		// part 3 has no data reader, so its empty entry is deflated.
+		wantMethod, wantMod := zip.Deflate, mod
+		if level == 0 && f.Name != "0000000003.dat" {
+			// MS-DOS time, without the extended timestamp: 2 s steps.
+			wantMethod, wantMod = zip.Store, mod.Truncate(2*time.Second)
 		}
-		if !f.Modified.Equal(mod) {
-			t.Errorf("%s: modified %v", f.Name, f.Modified)
+		if f.Method != wantMethod {
+			t.Errorf("%s: method %d, want %d", f.Name, f.Method, wantMethod)
+		}
+		if !f.Modified.Equal(wantMod) {
+			t.Errorf("%s: modified %v, want %v", f.Name, f.Modified, wantMod)
 		}
 		rc, err := f.Open()
 		if err != nil {
@@ -134,7 +152,8 @@ type entry struct {
 // streamEntries reads a zip front to back from its local headers only, as
 // a streaming reader (java.util.zip.ZipInputStream) does: every entry must
 // be DEFLATE, since the end of an entry whose sizes come after it can only
-// be found by decompressing it.
+// be found by decompressing it, or STORED with its sizes and CRC in its
+// local header.
 func streamEntries(t *testing.T, b []byte) []entry {
 	t.Helper()
 	r := bytes.NewReader(b)
@@ -160,14 +179,25 @@ func streamEntries(t *testing.T, b []byte) []entry {
 		if _, err := r.Seek(int64(extraLen), io.SeekCurrent); err != nil {
 			t.Fatal(err)
 		}
-		if method != zip.Deflate {
-			t.Fatalf("%s: method %d: a streaming reader cannot read it", name, method)
-		}
-		// bytes.Reader is an io.ByteReader, so flate reads exactly the
-		// deflate stream and no further.
-		data, err := io.ReadAll(flate.NewReader(r))
-		if err != nil {
-			t.Fatalf("%s: inflate: %v", name, err)
+		var data []byte
+		switch {
+		case method == zip.Store && flags&0x8 == 0:
+			data = make([]byte, binary.LittleEndian.Uint32(h[18:]))
+			if _, err := io.ReadFull(r, data); err != nil {
+				t.Fatalf("%s: stored data: %v", name, err)
+			}
+			if crc := crc32.ChecksumIEEE(data); crc != binary.LittleEndian.Uint32(h[14:]) || len(data) != int(binary.LittleEndian.Uint32(h[22:])) {
+				t.Fatalf("%s: stored entry's CRC or size does not match its local header", name)
+			}
+		case method == zip.Deflate:
+			// bytes.Reader is an io.ByteReader, so flate reads exactly the
+			// deflate stream and no further.
+			var err error
+			if data, err = io.ReadAll(flate.NewReader(r)); err != nil {
+				t.Fatalf("%s: inflate: %v", name, err)
+			}
+		default:
+			t.Fatalf("%s: method %d, flags %#x: a streaming reader cannot read it", name, method, flags)
 		}
 		if flags&0x8 != 0 {
 			var dd [16]byte // signature, crc32, 32-bit sizes (no zip64 entries here)
