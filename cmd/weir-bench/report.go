@@ -133,12 +133,16 @@ func (r *report) evaluate() {
 			mib := float64(weir.RSS) / (1 << 20)
 			add(scen, "weir peak RSS", fmt.Sprintf("%.1f MiB", mib), "< 100 MiB", weir.RSS > 0 && mib < 100)
 		}
-		if px := r.find(scen, tProxy); px != nil && weir != nil {
+		for _, t := range []string{tProxy, tProxyStored} {
+			px := r.find(scen, t)
+			if px == nil || weir == nil {
+				continue
+			}
 			e := ratio(px.E2E, weir.PostsPerS)
 			px.Ratio = fmt.Sprintf("end to end %.1f posts/s = %.2f× direct; last post arrived %.1fs after sending ended; lost %d",
 				px.E2E, e, px.Lag, px.Lost)
-			add(scen, "proxy end to end / direct, posts/s", fmt.Sprintf("%.2f", e), "≥ 0.50", e >= 0.5)
-			add(scen, "posts lost through the proxy", fmt.Sprint(px.Lost), "0", px.Lost == 0)
+			add(scen, t+" end to end / direct, posts/s", fmt.Sprintf("%.2f", e), "≥ 0.50", e >= 0.5)
+			add(scen, "posts lost through "+t, fmt.Sprint(px.Lost), "0", px.Lost == 0)
 		}
 		if scen == "rate" && weir != nil {
 			weir.Ratio = weir.Load

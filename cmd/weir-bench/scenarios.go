@@ -26,6 +26,9 @@ const (
 	tNaive = "naive" // weir-baseline -mode fsync
 	tWeir  = "weir"  // weir serve
 	tProxy = "proxy" // sender -> weir proxy -> weir serve
+	// tProxyStored is tProxy forwarding zips whose entries are stored, not
+	// deflated (the destination's compressionLevel 0).
+	tProxyStored = "proxy-stored"
 )
 
 func scenarios() []scenario {
@@ -90,7 +93,8 @@ func scenarios() []scenario {
 			name: "proxy",
 			describe: func(o *options) string {
 				return fmt.Sprintf("45k posts (%d senders, %s) straight to weir serve, and to weir proxy (aggregation on, "+
-					"aggregationFrequency 1s) forwarding to weir serve; proxy rate = posts / time until the main service has every one", o.conc, o.proxyDur)
+					"aggregationFrequency 1s) forwarding to weir serve, with its defaults (proxy: entries deflated at level 1) and with "+
+					"compressionLevel 0 (proxy-stored); proxy rate = posts / time until the main service has every one", o.conc, o.proxyDur)
 			},
 			run: runProxy,
 		},
@@ -240,7 +244,11 @@ func (h *harness) startTarget(scen, target string) (*server, error) {
 			return nil, err
 		}
 		s.procs, s.url = []*proc{p}, url
-	case tProxy:
+	case tProxy, tProxyStored:
+		level := 1
+		if target == tProxyStored {
+			level = 0
+		}
 		mainDir := filepath.Join(dir, "main")
 		if err := os.MkdirAll(mainDir, 0o755); err != nil {
 			return nil, err
@@ -261,9 +269,10 @@ aggregator:
 forwardHttpDestinations:
   - name: main
     forwardUrl: %s
+    compressionLevel: %d
     queue:
       retryDelay: 1s
-`, mainURL))
+`, mainURL, level))
 		if err != nil {
 			mp.stop()
 			return nil, err
@@ -508,34 +517,37 @@ func (h *harness) waitArrived(data string, want int64, timeout time.Duration) (t
 }
 
 // runProxy measures sender -> weir proxy -> weir serve against sending
-// straight to weir serve, with the same 45 KiB posts.
+// straight to weir serve, with the same 45 KiB posts, for a proxy with the
+// default settings and one forwarding stored (not deflated) zips.
 func runProxy(h *harness, sc scenario) error {
 	args := func(d time.Duration) []string {
 		return []string{"-c", strconv.Itoa(h.o.conc), "-d", d.String(), "-lines", "999", "-chunked"}
 	}
-	servers, err := h.startAll(sc.name, []string{tWeir, tProxy})
+	servers, err := h.startAll(sc.name, []string{tWeir, tProxy, tProxyStored})
 	if err != nil {
 		return err
 	}
 	defer stopAll(servers)
-	direct, px := servers[0], servers[1]
+	direct, proxies := servers[0], servers[1:]
 	arrivalTimeout := max(2*time.Minute, 5*h.o.proxyDur)
-	var sent int64 // posts the proxy acknowledged so far
+	sent := map[*server]int64{} // posts each proxy acknowledged so far
 	for _, s := range servers {
 		if h.o.warmup > 0 {
 			res, _, err := h.load(s.url, args(h.o.warmup)...)
 			if err != nil {
 				return err
 			}
-			if s == px {
-				sent += res.PostsOK
+			if s != direct {
+				sent[s] += res.PostsOK
 			}
 		}
 	}
-	if _, got, err := h.waitArrived(px.mainData, sent, arrivalTimeout); err != nil {
-		return err
-	} else if got < sent {
-		return fmt.Errorf("the warm-up posts did not all reach the main service through the proxy: %d of %d", got, sent)
+	for _, px := range proxies {
+		if _, got, err := h.waitArrived(px.mainData, sent[px], arrivalTimeout); err != nil {
+			return err
+		} else if got < sent[px] {
+			return fmt.Errorf("the warm-up posts did not all reach the main service through %s: %d of %d", px.target, got, sent[px])
+		}
 	}
 	samples := map[string][]sample{}
 	for rep := 1; rep <= h.o.reps; rep++ {
@@ -546,42 +558,44 @@ func runProxy(h *harness, sc scenario) error {
 		samples[tWeir] = append(samples[tWeir], smp)
 		h.logSample(sc.name, tWeir, rep, smp)
 
-		// Through the proxy: the rate is posts / time until the last arrived,
-		// the CPU is the proxy's and the main service's until then.
-		c0, m0, t0 := px.cpu(), machineBusy(), time.Now()
-		res, loadCores, err := h.load(px.url, args(h.o.proxyDur)...)
-		if err != nil {
-			return err
-		}
-		sendEnd := time.Now()
-		sendStart := sendEnd.Add(-time.Duration(res.ElapsedS * float64(time.Second)))
-		sent += res.PostsOK
-		arrived, got, err := h.waitArrived(px.mainData, sent, arrivalTimeout)
-		if err != nil {
-			return err
-		}
-		psmp := sample{
-			PostsPerS: res.PostsPerS, MiBPerS: res.MiBPerS, WireMiBPerS: res.WireMiBPerS,
-			P50: res.Latency.P50, P99: res.Latency.P99, P999: res.Latency.P999,
-			Errors: res.ErrorsTotal, PostsOK: res.PostsOK, LoadCores: loadCores,
-			SrvCores: (px.cpu() - c0).Seconds() / arrived.Sub(t0).Seconds(),
-			E2E:      float64(res.PostsOK) / arrived.Sub(sendStart).Seconds(),
-			Lag:      arrived.Sub(sendEnd).Seconds(),
-			Lost:     max(sent-got, 0),
-		}
-		// Here CPU is counted until the last post arrived; weir-load's own
-		// share is spread over that time too.
-		all := arrived.Sub(t0).Seconds()
-		psmp.LoadCores *= sendEnd.Sub(t0).Seconds() / all
-		psmp.OtherCores = max(0, (machineBusy()-m0).Seconds()/all-psmp.SrvCores-psmp.LoadCores)
-		if got < sent {
-			h.logf("  proxy rep %d: only %d of %d posts reached the main service within %s", rep, got, sent, arrivalTimeout)
-			sent = got // count the next repetition from what is there
-		}
-		samples[tProxy] = append(samples[tProxy], psmp)
-		if h.o.verbose {
-			h.logf("  proxy rep %d: received %.1f posts/s, end to end %.1f posts/s, last arrived %.2fs after sending ended, lost %d, CPU: proxy and main %.2f, load %.2f, other %.2f cores",
-				rep, psmp.PostsPerS, psmp.E2E, psmp.Lag, psmp.Lost, psmp.SrvCores, psmp.LoadCores, psmp.OtherCores)
+		for _, px := range proxies {
+			// Through the proxy: the rate is posts / time until the last
+			// arrived, the CPU is the proxy's and the main service's until then.
+			c0, m0, t0 := px.cpu(), machineBusy(), time.Now()
+			res, loadCores, err := h.load(px.url, args(h.o.proxyDur)...)
+			if err != nil {
+				return err
+			}
+			sendEnd := time.Now()
+			sendStart := sendEnd.Add(-time.Duration(res.ElapsedS * float64(time.Second)))
+			sent[px] += res.PostsOK
+			arrived, got, err := h.waitArrived(px.mainData, sent[px], arrivalTimeout)
+			if err != nil {
+				return err
+			}
+			psmp := sample{
+				PostsPerS: res.PostsPerS, MiBPerS: res.MiBPerS, WireMiBPerS: res.WireMiBPerS,
+				P50: res.Latency.P50, P99: res.Latency.P99, P999: res.Latency.P999,
+				Errors: res.ErrorsTotal, PostsOK: res.PostsOK, LoadCores: loadCores,
+				SrvCores: (px.cpu() - c0).Seconds() / arrived.Sub(t0).Seconds(),
+				E2E:      float64(res.PostsOK) / arrived.Sub(sendStart).Seconds(),
+				Lag:      arrived.Sub(sendEnd).Seconds(),
+				Lost:     max(sent[px]-got, 0),
+			}
+			// Here CPU is counted until the last post arrived; weir-load's
+			// own share is spread over that time too.
+			all := arrived.Sub(t0).Seconds()
+			psmp.LoadCores *= sendEnd.Sub(t0).Seconds() / all
+			psmp.OtherCores = max(0, (machineBusy()-m0).Seconds()/all-psmp.SrvCores-psmp.LoadCores)
+			if got < sent[px] {
+				h.logf("  %s rep %d: only %d of %d posts reached the main service within %s", px.target, rep, got, sent[px], arrivalTimeout)
+				sent[px] = got // count the next repetition from what is there
+			}
+			samples[px.target] = append(samples[px.target], psmp)
+			if h.o.verbose {
+				h.logf("  %s rep %d: received %.1f posts/s, end to end %.1f posts/s, last arrived %.2fs after sending ended, lost %d, CPU: proxy and main %.2f, load %.2f, other %.2f cores",
+					px.target, rep, psmp.PostsPerS, psmp.E2E, psmp.Lag, psmp.Lost, psmp.SrvCores, psmp.LoadCores, psmp.OtherCores)
+			}
 		}
 	}
 	h.finish(sc.name, nil, servers, samples)

@@ -49,11 +49,33 @@ func (s *Store) submit(ctx context.Context, r *request) error {
 // batch's rows are still committed only after its files are durable.
 func (s *Store) commitLoop() {
 	defer close(s.done)
-	written := make(chan *staged, 1)
+	written := make(chan *staged, 2)
 	applied := make(chan struct{})
 	go func() {
 		defer close(applied)
 		for st := range written {
+			// Batches that were staged while the last transaction ran
+			// share the next one: the stage that waits longer sets the
+			// pace, and merging lets the transactions keep up.
+		more:
+			for len(st.batch) < maxBatch {
+				select {
+				case next, ok := <-written:
+					if !ok {
+						break more
+					}
+					if st.err != nil || next.err != nil {
+						// A failed stage one is retried request by
+						// request, alone.
+						s.finish(st)
+						st = next
+						continue
+					}
+					st = merge(st, next)
+				default:
+					break more
+				}
+			}
 			s.finish(st)
 		}
 	}()
@@ -84,12 +106,28 @@ func (s *Store) commitLoop() {
 // staged is a batch whose files are durable (or failed to be), waiting for
 // its transaction.
 type staged struct {
-	batch []*request
-	b     meta.Batch
+	batch  []*request
+	b      meta.Batch
+	writes []stagedPack // where its small streams went
+	start  time.Time
+	err    error // from stage one
+}
+
+// stagedPack is one pack write of a staged batch and its streams.
+type stagedPack struct {
+	w     packWrite
 	items []*packItem
-	pack  packWrite
-	start time.Time
-	err   error // from stage one
+}
+
+// merge makes one staged batch of two whose stage one succeeded.
+func merge(a, b *staged) *staged {
+	a.batch = append(a.batch, b.batch...)
+	a.b.Create = append(a.b.Create, b.b.Create...)
+	a.b.Delete = append(a.b.Delete, b.b.Delete...)
+	a.b.Unlock = append(a.b.Unlock, b.b.Unlock...)
+	a.b.Packed = append(a.b.Packed, b.b.Packed...)
+	a.writes = append(a.writes, b.writes...)
+	return a
 }
 
 // finish commits a staged batch's transaction and answers its requests.
@@ -144,18 +182,20 @@ func (s *Store) stage(batch []*request) *staged {
 		st.b.Delete = append(st.b.Delete, r.delete...)
 		st.b.Unlock = append(st.b.Unlock, r.unlock...)
 	}
+	var items []*packItem
 	for _, r := range batch {
 		for i := range r.pack {
-			st.items = append(st.items, &r.pack[i])
+			items = append(items, &r.pack[i])
 		}
 	}
-	if len(st.items) > 0 {
-		var err error
-		if st.pack, err = s.writePack(st.items); err != nil {
+	if len(items) > 0 {
+		w, err := s.writePack(items)
+		if err != nil {
 			st.err = err
 			return st
 		}
-		for _, it := range st.items {
+		st.writes = append(st.writes, stagedPack{w: w, items: items})
+		for _, it := range items {
 			st.b.Packed = append(st.b.Packed, it.row)
 		}
 	}
@@ -172,8 +212,8 @@ func (s *Store) commitRows(st *staged) error {
 	// The transaction is not tied to any one caller's context: callers
 	// wait for the result whatever happens to their request.
 	err := s.repo.Apply(context.Background(), &st.b)
-	if len(st.items) > 0 {
-		s.packDone(st.pack, st.items, err != nil)
+	for _, p := range st.writes {
+		s.packDone(p.w, p.items, err != nil)
 	}
 	if err != nil {
 		for _, row := range st.b.Unlock {
