@@ -28,8 +28,15 @@ func FuzzReader(f *testing.F) {
 		{{Data, 1, randomBytes(30, 300)}, {Context, 0, nil}, {Meta, 1, text[:100]}},
 		{{Meta, 3, text}, {Data, 0, randomBytes(31, 40)}},
 	}
+	// Seeds of both compressions: the reader reads any block with one
+	// codec, whatever its codec writes.
+	s2c := newTestCodecFor(f, S2)
 	for i, secs := range shapes {
-		file := encodeStream(f, c, WriterOptions{BlockSize: 64 << (i % 3)}, secs)
+		w := c
+		if i%2 == 1 {
+			w = s2c
+		}
+		file := encodeStream(f, w, WriterOptions{BlockSize: 64 << (i % 3)}, secs)
 		f.Add(file)
 		for _, cut := range []int{1, trailerLen, len(file) / 2} {
 			if cut <= len(file) {
