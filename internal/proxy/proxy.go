@@ -138,8 +138,13 @@ func (p *Proxy) Admit() error {
 	if r.MaxSize > 0 && p.pending.Load() >= int64(r.MaxSize) {
 		return fmt.Errorf("%w: %s waiting to be forwarded (repository.maxSize %s)", ErrFull, config.ByteSize(p.pending.Load()), r.MaxSize)
 	}
-	if free := p.free.Load(); free >= 0 && free < int64(r.MinFreeSpace) {
-		return fmt.Errorf("%w: the data volume has %s free (repository.minFreeSpace %s)", ErrFull, config.ByteSize(free), r.MinFreeSpace)
+	// The sample is up to a second old; a refusal looks again, so that
+	// posts are accepted as soon as space returns, not a tick later.
+	low := func(free int64) bool { return free >= 0 && free < int64(r.MinFreeSpace) }
+	if low(p.free.Load()) {
+		if free := p.sampleFree(); low(free) {
+			return fmt.Errorf("%w: the data volume has %s free (repository.minFreeSpace %s)", ErrFull, config.ByteSize(free), r.MinFreeSpace)
+		}
 	}
 	return nil
 }
@@ -168,18 +173,28 @@ func (p *Proxy) housekeep(ctx context.Context) error {
 	}
 	p.pending.Store(n)
 	p.metrics.repositoryBytes.Set(float64(n))
-	if p.opt.DataDir != "" {
-		var st syscall.Statfs_t
-		if err := syscall.Statfs(p.opt.DataDir, &st); err == nil {
-			p.free.Store(int64(st.Bavail) * int64(st.Bsize))
-		}
-	}
+	p.sampleFree()
 	sums, err := p.repo.SummariseForwards(ctx)
 	if err != nil {
 		return err
 	}
 	p.metrics.setQueues(p.destinationNames(), sums, p.now())
 	return nil
+}
+
+// sampleFree records and returns the space free on the data volume, or -1
+// when it is unknown (no data directory, or statfs failed).
+func (p *Proxy) sampleFree() int64 {
+	if p.opt.DataDir == "" {
+		return -1
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(p.opt.DataDir, &st); err != nil {
+		return p.free.Load()
+	}
+	free := int64(st.Bavail) * int64(st.Bsize)
+	p.free.Store(free)
+	return free
 }
 
 // cleanUp finishes deletions a crash interrupted: aggregates delivered
