@@ -54,6 +54,14 @@ type Repo struct {
 	// every commit under load. Other processes (an admin CLI) still contend
 	// via busy_timeout. Nil on PostgreSQL, which handles concurrent writers.
 	writeGate chan struct{}
+	// writer is the connection SQLite write transactions run on (guarded by
+	// writeGate; nil until the first, and on PostgreSQL). One connection
+	// means the hot path's statements are prepared once, not once per
+	// pooled connection, and it alone has temp_store = MEMORY: the
+	// temporary b-trees of a write (IN lists, DISTINCT) then never touch a
+	// file, while readers, whose sorts can be as large as a table, keep the
+	// default.
+	writer *sql.Conn
 
 	// feedGen goes up after every feed change this Repo commits, so that a
 	// FeedCache knows its entries are stale.
@@ -222,6 +230,14 @@ func redactedHost(dsn string) string {
 
 // Close releases the database connections.
 func (r *Repo) Close() error {
+	if r.writeGate != nil {
+		r.writeGate <- struct{}{}
+		if r.writer != nil {
+			_ = r.writer.Close()
+			r.writer = nil
+		}
+		<-r.writeGate
+	}
 	r.stmtMu.Lock()
 	for _, st := range r.stmts {
 		_ = st.Close()
@@ -278,7 +294,7 @@ func (r *Repo) withTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error
 			return ctx.Err()
 		}
 	}
-	tx, err := r.db.BeginTx(ctx, nil)
+	tx, err := r.beginWrite(ctx)
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
@@ -294,6 +310,35 @@ func (r *Repo) withTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
+}
+
+// beginWrite begins a write transaction: on SQLite on r.writer (the
+// caller holds writeGate), opening it first if need be, or again if
+// database/sql has discarded it after a driver error.
+func (r *Repo) beginWrite(ctx context.Context) (*sql.Tx, error) {
+	if r.writeGate == nil {
+		return r.db.BeginTx(ctx, nil)
+	}
+	for attempt := 0; ; attempt++ {
+		if r.writer == nil {
+			c, err := r.db.Conn(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := c.ExecContext(ctx, "PRAGMA temp_store = MEMORY"); err != nil {
+				_ = c.Close()
+				return nil, fmt.Errorf("set temp_store on the writer connection: %w", err)
+			}
+			r.writer = c
+		}
+		tx, err := r.writer.BeginTx(ctx, nil)
+		if errors.Is(err, sql.ErrConnDone) && attempt == 0 {
+			_ = r.writer.Close()
+			r.writer = nil
+			continue
+		}
+		return tx, err
+	}
 }
 
 // nowMs is the current time in epoch milliseconds, the unit of every time

@@ -539,6 +539,56 @@ func testLockedStreams(t *testing.T, loc location) {
 	if got, _ := r.LockedStreams(ctx, "node-c"); len(got) != 0 {
 		t.Errorf("LockedStreams(node-c) = %v, want none", ids(got))
 	}
+	if plan := queryPlan(t, r, lockedStreamsSQL, "node-a"); !strings.Contains(plan, "streams_locked") {
+		t.Errorf("LockedStreams does not use the partial index streams_locked:\n%s", plan)
+	}
+}
+
+// queryPlan returns the engine's plan for q as text. On PostgreSQL
+// sequential scans are discouraged for the statement (SET LOCAL in a
+// transaction that is rolled back), as a tiny test table would otherwise
+// be scanned whatever indexes exist: the plan shows which index the
+// planner can use, not which it prefers at this size.
+func queryPlan(t *testing.T, r *Repo, q string, args ...any) string {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	explain := "EXPLAIN QUERY PLAN "
+	if r.Engine() == enginePostgres {
+		explain = "EXPLAIN "
+		if _, err := tx.ExecContext(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := tx.QueryContext(ctx, explain+q, args...)
+	if err != nil {
+		t.Fatalf("explain %s: %v", q, err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintln(&b, vals...)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }
 
 // writeConcurrently runs workers goroutines, each applying batches batches of

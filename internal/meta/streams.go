@@ -312,12 +312,15 @@ func (r *Repo) ListStreams(ctx context.Context, f StreamFilter) ([]Stream, error
 	return ss, nil
 }
 
+// lockedStreamsSQL names the status as a literal, not a parameter: only
+// then may the planners use the partial index streams_locked (migration
+// 0007), which is what keeps it small.
+const lockedStreamsSQL = `SELECT ` + streamColumns + ` FROM streams WHERE status = '` + string(Locked) + `' AND node = $1 ORDER BY id`
+
 // LockedStreams returns the streams still Locked that node created, ordered
 // by id: after a restart they are writes that never completed.
 func (r *Repo) LockedStreams(ctx context.Context, node string) ([]Stream, error) {
-	ss, err := r.queryStreams(ctx,
-		`SELECT `+streamColumns+` FROM streams WHERE status = $1 AND node = $2 ORDER BY id`,
-		string(Locked), node)
+	ss, err := r.queryStreams(ctx, lockedStreamsSQL, node)
 	if err != nil {
 		return nil, fmt.Errorf("list locked streams of node %q: %w", node, err)
 	}
