@@ -135,23 +135,8 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 				ids[i] = created{id: id, createMs: createMs}
 			}
 		}
-		if len(b.Packed) > 0 {
-			stmt, err := r.txStmt(ctx, tx, `INSERT INTO streams
-				(feed, type, status, create_ms, effective_ms, status_ms, node, receipt_id, parts, raw_size, file_size, attributes, pack, pack_offset)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-				RETURNING id`)
-			if err != nil {
-				return fmt.Errorf("prepare packed: %w", err)
-			}
-			defer stmt.Close()
-			for i, s := range b.Packed {
-				if err := stmt.QueryRowContext(ctx,
-					s.Feed, s.Type, string(Unlocked), s.CreateMs, s.EffectiveMs, now, s.Node,
-					s.ReceiptID, s.Parts, s.RawSize, s.FileSize, packedAttrs[i], s.Pack, s.PackOffset,
-				).Scan(&packedIDs[i]); err != nil {
-					return fmt.Errorf("insert packed stream for feed %q: %w", s.Feed, err)
-				}
-			}
+		if err := r.insertPacked(ctx, tx, b.Packed, packedAttrs, now, packedIDs); err != nil {
+			return err
 		}
 		if len(b.Unlock) > 0 {
 			// The status condition makes the check and the change one
@@ -217,6 +202,128 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 		s.ID = packedIDs[i]
 		s.Status = Unlocked
 		s.StatusMs = now
+	}
+	return nil
+}
+
+// packedRows is how many packed streams one INSERT carries: one statement
+// for a group commit's posts instead of one each (the per-statement cost
+// dominates a small row's), with at most 32*14 placeholders, far below
+// either engine's limit.
+const packedRows = 32
+
+// packedInsertSQL[n] inserts n packed streams and returns each row's id
+// with its place (pack, pack_offset), which maps it back to its struct:
+// neither engine promises that a multi-row INSERT returns rows in VALUES
+// order. Built once, so that each text is prepared once per connection.
+var packedInsertSQL = func() (q [packedRows + 1]string) {
+	const cols = 14
+	for n := 1; n <= packedRows; n++ {
+		var b strings.Builder
+		b.WriteString(`INSERT INTO streams (feed, type, status, create_ms, effective_ms, status_ms, node, receipt_id, parts, raw_size, file_size, attributes, pack, pack_offset) VALUES `)
+		for i := range n {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteByte('(')
+			for c := range cols {
+				if c > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteString("$" + strconv.Itoa(i*cols+c+1))
+			}
+			b.WriteByte(')')
+		}
+		b.WriteString(" RETURNING id, pack, pack_offset")
+		q[n] = b.String()
+	}
+	return q
+}()
+
+// insertPacked inserts ss (complete streams whose bytes are already in
+// packs) as Unlocked, packedRows per statement, and sets ids[i] to the id of
+// ss[i]. A place (pack, offset) names one stream's bytes, so it identifies
+// the row RETURNING gives back; should two streams claim the same place,
+// they go in one row per statement instead, where the order is certain.
+func (r *Repo) insertPacked(ctx context.Context, tx *sql.Tx, ss []*Stream, attrs []string, now int64, ids []int64) error {
+	index := make(map[place]int, len(ss))
+	for i, s := range ss {
+		p := place{s.Pack, s.PackOffset}
+		if _, dup := index[p]; dup {
+			index = nil
+			break
+		}
+		index[p] = i
+	}
+	args := make([]any, 0, 14*min(len(ss), packedRows))
+	for start := 0; start < len(ss); {
+		n := min(packedRows, len(ss)-start)
+		if index == nil {
+			n = 1
+		}
+		args = args[:0]
+		for i := start; i < start+n; i++ {
+			s := ss[i]
+			args = append(args, s.Feed, s.Type, string(Unlocked), s.CreateMs, s.EffectiveMs, now, s.Node,
+				s.ReceiptID, s.Parts, s.RawSize, s.FileSize, attrs[i], s.Pack, s.PackOffset)
+		}
+		if err := r.insertPackedRows(ctx, tx, n, args, func(id int64, p place) error {
+			i := start
+			if index != nil {
+				var ok bool
+				if i, ok = index[p]; !ok || i < start || i >= start+n {
+					return fmt.Errorf("insert packed streams: the database returned a row for %s at %d, which this statement did not insert", p.pack, p.offset)
+				}
+			}
+			if ids[i] != 0 {
+				return fmt.Errorf("insert packed streams: the database returned two rows for %s at %d", p.pack, p.offset)
+			}
+			ids[i] = id
+			return nil
+		}); err != nil {
+			return err
+		}
+		start += n
+	}
+	return nil
+}
+
+// place is where a packed stream's bytes are: its pack and offset.
+type place struct {
+	pack   string
+	offset int64
+}
+
+// insertPackedRows runs packedInsertSQL[n] and passes each returned row to
+// got; it fails unless exactly n rows come back.
+func (r *Repo) insertPackedRows(ctx context.Context, tx *sql.Tx, n int, args []any, got func(id int64, p place) error) error {
+	stmt, err := r.txStmt(ctx, tx, packedInsertSQL[n])
+	if err != nil {
+		return fmt.Errorf("prepare packed insert of %d: %w", n, err)
+	}
+	defer stmt.Close()
+	rows, err := stmt.QueryContext(ctx, args...)
+	if err != nil {
+		return fmt.Errorf("insert %d packed streams: %w", n, err)
+	}
+	defer rows.Close()
+	seen := 0
+	for rows.Next() {
+		var id int64
+		var p place
+		if err := rows.Scan(&id, &p.pack, &p.offset); err != nil {
+			return fmt.Errorf("insert %d packed streams: %w", n, err)
+		}
+		if err := got(id, p); err != nil {
+			return err
+		}
+		seen++
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("insert %d packed streams: %w", n, err)
+	}
+	if seen != n {
+		return fmt.Errorf("insert %d packed streams: the database returned %d rows", n, seen)
 	}
 	return nil
 }
