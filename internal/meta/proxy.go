@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -258,12 +259,17 @@ func removeAggregate(ctx context.Context, tx *sql.Tx, aggregateID int64) ([]Stre
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	// One statement for the whole aggregate (up to maxItems streams), not
+	// one per stream: this runs on the proxy's only writer, between commits
+	// of received posts.
 	now := nowMs()
+	if _, err := tx.ExecContext(ctx, `UPDATE streams SET status = $1, status_ms = $2
+		WHERE id IN (SELECT stream_id FROM proxy_items WHERE aggregate_id = $3)`, string(Deleted), now, aggregateID); err != nil {
+		return nil, err
+	}
 	for i := range done {
-		if _, err := tx.ExecContext(ctx, `UPDATE streams SET status = $1, status_ms = $2 WHERE id = $3`, string(Deleted), now, done[i].ID); err != nil {
-			return nil, err
-		}
 		done[i].Status = Deleted
+		done[i].StatusMs = now
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM proxy_items WHERE aggregate_id = $1`, aggregateID); err != nil {
 		return nil, err
@@ -329,8 +335,19 @@ func (r *Repo) PurgeStreams(ctx context.Context, ids []int64) error {
 		return nil
 	}
 	err := r.withTx(ctx, func(tx *sql.Tx) error {
-		for _, id := range ids {
-			if _, err := tx.ExecContext(ctx, `DELETE FROM streams WHERE id = $1 AND status = $2`, id, string(Deleted)); err != nil {
+		if r.engine == enginePostgres {
+			_, err := tx.ExecContext(ctx, `DELETE FROM streams WHERE status = $1 AND id = ANY($2)`, string(Deleted), ids)
+			return err
+		}
+		args := make([]any, 0, 1+min(len(ids), purgeChunk))
+		for rest := ids; len(rest) > 0; {
+			chunk := rest[:min(len(rest), purgeChunk)]
+			rest = rest[len(chunk):]
+			args = append(args[:0], string(Deleted))
+			for _, id := range chunk {
+				args = append(args, id)
+			}
+			if _, err := tx.ExecContext(ctx, sqlitePurgeSQL(len(chunk)), args...); err != nil {
 				return err
 			}
 		}
@@ -340,6 +357,25 @@ func (r *Repo) PurgeStreams(ctx context.Context, ids []int64) error {
 		return fmt.Errorf("purge %d deleted streams: %w", len(ids), err)
 	}
 	return nil
+}
+
+// purgeChunk is how many ids one SQLite purge statement names.
+const purgeChunk = 500
+
+// sqlitePurgeSQL deletes n DELETED streams by id. NOT INDEXED keeps SQLite
+// on rowid lookups for the ids: otherwise it may walk every DELETED entry of
+// streams_status_ms instead, which after a backlog is most of the table.
+func sqlitePurgeSQL(n int) string {
+	var b strings.Builder
+	b.WriteString(`DELETE FROM streams NOT INDEXED WHERE status = $1 AND id IN (`)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("$" + strconv.Itoa(i+2))
+	}
+	b.WriteByte(')')
+	return b.String()
 }
 
 // maxErrorLog bounds the error log kept per forward.

@@ -29,6 +29,7 @@ func TestProxy(t *testing.T) {
 				{"ErrorInvalidUTF8", testProxyErrorInvalidUTF8},
 				{"ForwardSent", testProxyForwardSent},
 				{"FinishedAggregates", testProxyFinishedAggregates},
+				{"BigAggregateDeletedAndPurged", testProxyBigAggregate},
 				{"ListForwards", testProxyListForwards},
 				{"ListForwardsRetryingAlone", testProxyListForwardsRetryingAlone},
 				{"SummariseForwards", testProxySummariseForwards},
@@ -739,6 +740,45 @@ func testProxyForwardSent(t *testing.T, loc location) {
 	}
 	if err := r.PurgeStreams(ctx, nil); err != nil {
 		t.Errorf("PurgeStreams(nil): %v", err)
+	}
+}
+
+// testProxyBigAggregate: an aggregate of more streams than one purge
+// statement names is marked DELETED as a whole when sent, and purged in
+// chunks; a stream of another aggregate is untouched. On SQLite the purge
+// looks its ids up by rowid, not by walking the DELETED status entries.
+func testProxyBigAggregate(t *testing.T, loc location) {
+	ctx := t.Context()
+	r := openRepo(t, loc)
+	n := 2*purgeChunk + 7
+	ss := pxStreams(t, r, "FEED-A", n+1, 10)
+	a := pxClosed(t, r, ss[:n], int64(10*n), 1000, "d1")
+	other := pxClosed(t, r, ss[n:], 10, 2000, "d1")
+	done, err := r.ForwardSent(ctx, a.ID, "d1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids(done), streamIDs(ss[:n])) {
+		t.Fatalf("ForwardSent returned %d streams, want the aggregate's %d", len(done), n)
+	}
+	if got := pxCount(t, r, `SELECT COUNT(*) FROM streams WHERE status = $1`, string(Deleted)); got != int64(n) {
+		t.Fatalf("%d streams DELETED, want %d", got, n)
+	}
+	if err := r.PurgeStreams(ctx, ids(done)); err != nil {
+		t.Fatal(err)
+	}
+	if got := pxCount(t, r, `SELECT COUNT(*) FROM streams`); got != 1 {
+		t.Errorf("%d streams left after the purge, want 1 (the other aggregate's)", got)
+	}
+	if got, err := r.AggregateStreams(ctx, other.ID); err != nil || len(got) != 1 || got[0].Status != Unlocked {
+		t.Errorf("the other aggregate's stream: %+v, %v", got, err)
+	}
+	if r.Engine() == engineSQLite {
+		args := []any{string(Deleted), int64(1), int64(2), int64(3)}
+		plan := queryPlan(t, r, sqlitePurgeSQL(3), args...)
+		if !strings.Contains(plan, "PRIMARY KEY") || strings.Contains(plan, "streams_status") {
+			t.Errorf("the SQLite purge does not look ids up by rowid:\n%s", plan)
+		}
 	}
 }
 
