@@ -220,6 +220,15 @@ func prefixed(p, columns string) string {
 // their files and then PurgeStreams.
 func (r *Repo) ForwardSent(ctx context.Context, aggregateID int64, destination string) (done []Stream, err error) {
 	err = r.withTx(ctx, func(tx *sql.Tx) error {
+		// Two destinations finishing one aggregate at once must not both
+		// count the other's forward as left: on PostgreSQL (READ
+		// COMMITTED) the aggregate's row lock makes the second wait for the
+		// first's commit. SQLite transactions are serial already.
+		if r.engine == enginePostgres {
+			if _, err := tx.ExecContext(ctx, `SELECT id FROM proxy_aggregates WHERE id = $1 FOR UPDATE`, aggregateID); err != nil {
+				return err
+			}
+		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM proxy_forwards WHERE aggregate_id = $1 AND destination = $2`, aggregateID, destination); err != nil {
 			return err
 		}

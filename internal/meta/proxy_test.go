@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 )
@@ -30,6 +31,7 @@ func TestProxy(t *testing.T) {
 				{"ForwardSent", testProxyForwardSent},
 				{"FinishedAggregates", testProxyFinishedAggregates},
 				{"BigAggregateDeletedAndPurged", testProxyBigAggregate},
+				{"ConcurrentLastSends", testProxyConcurrentLastSends},
 				{"ListForwards", testProxyListForwards},
 				{"ListForwardsRetryingAlone", testProxyListForwardsRetryingAlone},
 				{"SummariseForwards", testProxySummariseForwards},
@@ -778,6 +780,44 @@ func testProxyBigAggregate(t *testing.T, loc location) {
 		plan := queryPlan(t, r, sqlitePurgeSQL(3), args...)
 		if !strings.Contains(plan, "PRIMARY KEY") || strings.Contains(plan, "streams_status") {
 			t.Errorf("the SQLite purge does not look ids up by rowid:\n%s", plan)
+		}
+	}
+}
+
+// testProxyConcurrentLastSends: two destinations record the same
+// aggregate as sent at the same moment; exactly one of them finds it
+// finished and removes it. (On PostgreSQL, at READ COMMITTED, each could
+// see the other's forward still there and neither remove it, leaving the
+// streams until the next start.)
+func testProxyConcurrentLastSends(t *testing.T, loc location) {
+	ctx := t.Context()
+	r := openRepo(t, loc)
+	for round := range 20 {
+		ss := pxStreams(t, r, "FEED-A", 2, 10)
+		a := pxClosed(t, r, ss, 20, int64(1000+round), "d1", "d2")
+		var (
+			wg    sync.WaitGroup
+			dones [2][]Stream
+			errs  [2]error
+		)
+		start := make(chan struct{})
+		for i, d := range []string{"d1", "d2"} {
+			wg.Go(func() {
+				<-start
+				dones[i], errs[i] = r.ForwardSent(ctx, a.ID, d)
+			})
+		}
+		close(start)
+		wg.Wait()
+		if errs[0] != nil || errs[1] != nil {
+			t.Fatalf("round %d: %v, %v", round, errs[0], errs[1])
+		}
+		if n := len(dones[0]) + len(dones[1]); n != 2 {
+			t.Fatalf("round %d: the two last sends returned %d and %d streams, want 2 in all from one of them",
+				round, len(dones[0]), len(dones[1]))
+		}
+		if n := pxCount(t, r, `SELECT COUNT(*) FROM proxy_aggregates WHERE id = $1`, a.ID); n != 0 {
+			t.Fatalf("round %d: the aggregate is kept after both sends", round)
 		}
 	}
 }
