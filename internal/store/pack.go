@@ -47,10 +47,16 @@ type openPack struct {
 	f    *os.File
 	rel  string // path relative to the root, as rows name it
 	day  string // the day directory it is in: a new day starts a new pack
-	size int64
+	size int64  // where the next batch goes
+	// zeroed is the file's length: past size it holds zeros written
+	// ahead (see zeroAhead).
+	zeroed int64
 	// committed is set once a batch's rows naming this pack committed.
 	committed bool
 }
+
+// packZeroAhead is how far past a batch's end the pack is zero-filled.
+const packZeroAhead = 1 << 20
 
 // packWrite is where one batch went: [start, end) of pack rel.
 type packWrite struct {
@@ -90,6 +96,11 @@ func (s *Store) writePack(items []*packItem) (packWrite, error) {
 	}
 	p := s.pack
 	w := packWrite{rel: p.rel, start: p.size, end: p.size}
+	var n int64
+	for _, it := range items {
+		n += int64(len(it.data))
+	}
+	s.zeroAhead(p, p.size+n)
 	for _, it := range items {
 		if _, err := p.f.WriteAt(it.data, w.end); err != nil {
 			s.rollbackPack(w)
@@ -98,7 +109,10 @@ func (s *Store) writePack(items []*packItem) (packWrite, error) {
 		it.row.Pack, it.row.PackOffset, it.row.FileSize = p.rel, w.end, int64(len(it.data))
 		w.end += int64(len(it.data))
 	}
-	if err := p.f.Sync(); err != nil {
+	// fdatasync: the pack's name is durable already, and a batch that
+	// changed the file's length (past the zeroed part) still has the
+	// length flushed with its data.
+	if err := fdatasync(p.f); err != nil {
 		// After a failed fsync the kernel may have dropped the pages: no
 		// later batch may trust this file (earlier ones were synced).
 		s.rollbackPack(w)
@@ -106,11 +120,44 @@ func (s *Store) writePack(items []*packItem) (packWrite, error) {
 		return packWrite{}, fmt.Errorf("sync pack: %w", err)
 	}
 	p.size = w.end
+	p.zeroed = max(p.zeroed, w.end)
 	if s.packsInFlight == nil {
 		s.packsInFlight = make(map[string]int)
 	}
 	s.packsInFlight[p.rel]++
 	return w, nil
+}
+
+// zeroAhead makes the pack's bytes up to end exist, zero-filled to
+// packZeroAhead beyond it, when they do not yet. A batch then overwrites
+// blocks the file already has: its fdatasync changes neither the file's
+// length nor its blocks, so on ext4 it need not commit the journal, which
+// costs as much again as writing the data (measured: an overwrite and
+// fdatasync 170 µs, an append and fsync 280-360 µs). One batch in a
+// megabyte's worth pays for the length change instead. If writing the
+// zeros fails (a full disk), the file is cut back and the batch appends
+// as it would have anyway.
+func (s *Store) zeroAhead(p *openPack, end int64) {
+	// Never below p.size: a batch that appended after a failed zeroAhead
+	// lies past the old zeroed length, and zeros must not overwrite it.
+	from := max(p.zeroed, p.size)
+	if end <= from {
+		return
+	}
+	target := end + packZeroAhead
+	if s.zeros == nil {
+		s.zeros = make([]byte, packZeroAhead)
+	}
+	for off := from; off < target; {
+		chunk := s.zeros[:min(int64(len(s.zeros)), target-off)]
+		if _, err := p.f.WriteAt(chunk, off); err != nil {
+			_ = p.f.Truncate(from)
+			p.zeroed = from
+			return
+		}
+		off += int64(len(chunk))
+	}
+	p.zeroed = target
 }
 
 // packDone ends a batch's flight on its pack. A batch whose rows were not
@@ -163,12 +210,19 @@ func (s *Store) rollbackPack(w packWrite) {
 		s.closePack()
 		return
 	}
-	p.size = w.start
+	p.size, p.zeroed = w.start, w.start
 }
 
 // closePack closes the open pack; the next batch starts a new one.
 func (s *Store) closePack() {
 	if s.pack != nil {
+		// The zeros written ahead go: a closed pack is as long as its
+		// streams. (A crash leaves them, named by no row, and harmless.)
+		if s.pack.zeroed > s.pack.size {
+			if err := s.pack.f.Truncate(s.pack.size); err != nil {
+				s.opt.Logger.Warn("cut the zeros off a closed pack", "pack", s.pack.rel, "err", err)
+			}
+		}
 		if err := s.pack.f.Close(); err != nil {
 			s.opt.Logger.Warn("close pack", "pack", s.pack.rel, "err", err)
 		}

@@ -136,6 +136,25 @@ func checkStream(s *store.Store, id int64, secs []section) error {
 	return nil
 }
 
+// checkPackEnd checks that the open pack at path holds nothing past its
+// streams' end but the zeros written ahead of the next batch (at most
+// 1 MiB more than a batch's end), or, if closed, ends there.
+func checkPackEnd(path string, end int64) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if int64(len(b)) < end || int64(len(b)) > end+2<<20 {
+		return fmt.Errorf("pack %s is %d bytes, its streams end at %d", path, len(b), end)
+	}
+	for i, c := range b[end:] {
+		if c != 0 {
+			return fmt.Errorf("pack %s: byte %d past its streams' end %d is %#x, not a zero written ahead", path, end+int64(i), end, c)
+		}
+	}
+	return nil
+}
+
 // packFiles lists the pack files under the store root (relative to it).
 func packFiles(t *testing.T, root string) []string {
 	t.Helper()
@@ -288,12 +307,8 @@ func TestPackConcurrentSmallPosts(t *testing.T) {
 				}
 				next += r.FileSize
 			}
-			fi, err := os.Stat(filepath.Join(e.root(), pack))
-			if err != nil {
+			if err := checkPackEnd(filepath.Join(e.root(), pack), next); err != nil {
 				t.Fatal(err)
-			}
-			if fi.Size() != next {
-				t.Fatalf("pack %s is %d bytes, its streams %d", pack, fi.Size(), next)
 			}
 		}
 		// Nothing but the packs is on disk: no stream files, no lock files,
@@ -449,9 +464,8 @@ func TestPackSpill(t *testing.T) {
 			if bg.Pack != "" || sm.Pack == "" || sm.PackOffset != 0 {
 				t.Fatalf("packs: big %q, small %q at %d", bg.Pack, sm.Pack, sm.PackOffset)
 			}
-			fi, err := os.Stat(filepath.Join(e.root(), sm.Pack))
-			if err != nil || fi.Size() != sm.FileSize {
-				t.Fatalf("pack %s: %v %v, want %d bytes", sm.Pack, fi, err, sm.FileSize)
+			if err := checkPackEnd(filepath.Join(e.root(), sm.Pack), sm.FileSize); err != nil {
+				t.Fatal(err)
 			}
 			if err := checkStream(s, sm.ID, small); err != nil {
 				t.Fatal(err)
@@ -1151,6 +1165,63 @@ func TestPackTruncated(t *testing.T) {
 		}
 		if err := readErr(a.ID); err == nil || !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("missing pack: %v", err)
+		}
+	})
+}
+
+// TestPackZeroAhead: the open pack is zero-filled a megabyte past its
+// last batch, so that the next batches overwrite blocks the file has
+// (their fdatasync then changes no length); the zeros go when the pack is
+// closed, at a segment's end or at Close, and every stream reads back.
+func TestPackZeroAhead(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		s, err := store.Open(context.Background(), e.repo, e.codec, store.Options{
+			Root: e.root(), Node: "N1", BlockSize: 4096, PackMax: packMax, PackSegment: 2 << 20,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []meta.Stream
+		var content [][]section
+		for i := range 12 { // 12 posts of 200 KiB: past the 2 MiB segment
+			secs := []section{{streamfile.Data, 0, randomBytes(uint64(300+i), 200<<10)}}
+			rows = append(rows, commitOne(t, s, "ZA", secs))
+			content = append(content, secs)
+		}
+		first, last := rows[0], rows[len(rows)-1]
+		if first.Pack == last.Pack {
+			t.Fatalf("all posts in one pack %s; want the segment size to start a second", first.Pack)
+		}
+		ends := map[string]int64{}
+		for _, r := range rows {
+			ends[r.Pack] = max(ends[r.Pack], r.PackOffset+r.FileSize)
+		}
+		size := func(pack string) int64 {
+			t.Helper()
+			fi, err := os.Stat(filepath.Join(e.root(), pack))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return fi.Size()
+		}
+		if got := size(first.Pack); got != ends[first.Pack] {
+			t.Errorf("the closed segment %s is %d bytes, its streams end at %d", first.Pack, got, ends[first.Pack])
+		}
+		if got, end := size(last.Pack), ends[last.Pack]; got < end+1<<20 {
+			t.Errorf("the open pack %s is %d bytes, its streams end at %d: want zeros a megabyte ahead", last.Pack, got, end)
+		}
+		if err := checkPackEnd(filepath.Join(e.root(), last.Pack), ends[last.Pack]); err != nil {
+			t.Error(err)
+		}
+		s.Close()
+		if got := size(last.Pack); got != ends[last.Pack] {
+			t.Errorf("after Close the pack %s is %d bytes, its streams end at %d", last.Pack, got, ends[last.Pack])
+		}
+		s = e.openPacked(t, nil, "N1", packMax)
+		for i, r := range rows {
+			if err := checkStream(s, r.ID, content[i]); err != nil {
+				t.Errorf("post %d: %v", i, err)
+			}
 		}
 	})
 }
