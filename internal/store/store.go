@@ -66,7 +66,7 @@ type Store struct {
 	packMu        sync.Mutex
 	pack          *openPack
 	packsInFlight map[string]int
-	zeros         []byte // packZeroAhead zero bytes, for zeroAhead (under packMu)
+	zeros         []byte    // packZeroAhead zero bytes, for zeroAhead (under packMu)
 	packBufs      sync.Pool // *bytes.Buffer for small streams
 	repo          Repo
 	codec         *streamfile.Codec
