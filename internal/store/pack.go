@@ -96,11 +96,6 @@ func (s *Store) writePack(items []*packItem) (packWrite, error) {
 	}
 	p := s.pack
 	w := packWrite{rel: p.rel, start: p.size, end: p.size}
-	var n int64
-	for _, it := range items {
-		n += int64(len(it.data))
-	}
-	s.zeroAhead(p, p.size+n)
 	for _, it := range items {
 		if _, err := p.f.WriteAt(it.data, w.end); err != nil {
 			s.rollbackPack(w)
@@ -109,6 +104,7 @@ func (s *Store) writePack(items []*packItem) (packWrite, error) {
 		it.row.Pack, it.row.PackOffset, it.row.FileSize = p.rel, w.end, int64(len(it.data))
 		w.end += int64(len(it.data))
 	}
+	s.zeroAhead(p, w.end)
 	// fdatasync: the pack's name is durable already, and a batch that
 	// changed the file's length (past the zeroed part) still has the
 	// length flushed with its data.
@@ -120,7 +116,6 @@ func (s *Store) writePack(items []*packItem) (packWrite, error) {
 		return packWrite{}, fmt.Errorf("sync pack: %w", err)
 	}
 	p.size = w.end
-	p.zeroed = max(p.zeroed, w.end)
 	if s.packsInFlight == nil {
 		s.packsInFlight = make(map[string]int)
 	}
@@ -128,31 +123,30 @@ func (s *Store) writePack(items []*packItem) (packWrite, error) {
 	return w, nil
 }
 
-// zeroAhead makes the pack's bytes up to end exist, zero-filled to
-// packZeroAhead beyond it, when they do not yet. A batch then overwrites
-// blocks the file already has: its fdatasync changes neither the file's
-// length nor its blocks, so on ext4 it need not commit the journal, which
-// costs as much again as writing the data (measured: an overwrite and
-// fdatasync 170 µs, an append and fsync 280-360 µs). One batch in a
-// megabyte's worth pays for the length change instead. If writing the
-// zeros fails (a full disk), the file is cut back and the batch appends
-// as it would have anyway.
+// zeroAhead is called once a batch's bytes are written up to end: when
+// they reach past the zeros written ahead, it zero-fills the pack to
+// packZeroAhead beyond them. The next batches then overwrite blocks the
+// file already has: their fdatasync changes neither the file's length nor
+// its blocks, so on ext4 it need not commit the journal, which costs as
+// much again as writing the data (measured: an overwrite and fdatasync
+// 170 µs, an append and fsync 280-360 µs). The batch that goes past the
+// zeros pays for the length change, about one in a megabyte's worth.
+// Zeros are only ever written past the data; if writing them fails (a
+// full disk), the file is cut back to the data's end and the next batch
+// appends as it would have anyway.
 func (s *Store) zeroAhead(p *openPack, end int64) {
-	// Never below p.size: a batch that appended after a failed zeroAhead
-	// lies past the old zeroed length, and zeros must not overwrite it.
-	from := max(p.zeroed, p.size)
-	if end <= from {
+	if end <= p.zeroed {
 		return
 	}
 	target := end + packZeroAhead
 	if s.zeros == nil {
 		s.zeros = make([]byte, packZeroAhead)
 	}
-	for off := from; off < target; {
+	for off := end; off < target; {
 		chunk := s.zeros[:min(int64(len(s.zeros)), target-off)]
 		if _, err := p.f.WriteAt(chunk, off); err != nil {
-			_ = p.f.Truncate(from)
-			p.zeroed = from
+			_ = p.f.Truncate(end)
+			p.zeroed = end
 			return
 		}
 		off += int64(len(chunk))
