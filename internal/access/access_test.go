@@ -674,26 +674,15 @@ func testPlaintextNeverStored(t *testing.T, loc location) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
-	cols, _ := rows.Columns()
 	var dump strings.Builder
-	n := 0
-	for rows.Next() {
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
+	all := metatest.Rows(t, rows)
+	for _, vals := range all {
 		for _, v := range vals {
 			fmt.Fprintf(&dump, "%v|%s|", v, v)
 		}
 		dump.WriteString("\n")
-		n++
 	}
-	if n != 3 {
+	if n := len(all); n != 3 {
 		t.Fatalf("%d rows", n)
 	}
 	for _, k := range keys {

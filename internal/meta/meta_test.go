@@ -625,25 +625,9 @@ func queryPlan(t *testing.T, r *Repo, q string, args ...any) string {
 	if err != nil {
 		t.Fatalf("explain %s: %v", q, err)
 	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var b strings.Builder
-	for rows.Next() {
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
+	for _, vals := range metatest.Rows(t, rows) {
 		fmt.Fprintln(&b, vals...)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return b.String()
 }

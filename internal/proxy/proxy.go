@@ -182,8 +182,8 @@ func (p *Proxy) housekeep(ctx context.Context) error {
 	return nil
 }
 
-// sampleFree records and returns the space free on the data volume, or -1
-// when it is unknown (no data directory, or statfs failed).
+// sampleFree records and returns the space free on the data volume: -1
+// without a data directory, the previous sample if statfs fails.
 func (p *Proxy) sampleFree() int64 {
 	if p.opt.DataDir == "" {
 		return -1

@@ -138,20 +138,15 @@ func (s *Store) zeroAhead(p *openPack, end int64) {
 	if end <= p.zeroed {
 		return
 	}
-	target := end + packZeroAhead
 	if s.zeros == nil {
 		s.zeros = make([]byte, packZeroAhead)
 	}
-	for off := end; off < target; {
-		chunk := s.zeros[:min(int64(len(s.zeros)), target-off)]
-		if _, err := p.f.WriteAt(chunk, off); err != nil {
-			_ = p.f.Truncate(end)
-			p.zeroed = end
-			return
-		}
-		off += int64(len(chunk))
+	if _, err := p.f.WriteAt(s.zeros, end); err != nil {
+		_ = p.f.Truncate(end)
+		p.zeroed = end
+		return
 	}
-	p.zeroed = target
+	p.zeroed = end + packZeroAhead
 }
 
 // packDone ends a batch's flight on its pack. A batch whose rows were not

@@ -136,6 +136,16 @@ func checkStream(s *store.Store, id int64, secs []section) error {
 	return nil
 }
 
+// packSize is the length of a pack file (relative to the store root).
+func packSize(t *testing.T, e *env, pack string) int64 {
+	t.Helper()
+	fi, err := os.Stat(filepath.Join(e.root(), pack))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
 // checkPackEnd checks that the open pack at path holds nothing past its
 // streams' end but the zeros written ahead of the next batch (at most
 // 1 MiB more than a batch's end), or, if closed, ends there.
@@ -768,14 +778,6 @@ func TestPackSegments(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(s.Close)
-		size := func(pack string) int64 {
-			t.Helper()
-			fi, err := os.Stat(filepath.Join(e.root(), pack))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return fi.Size()
-		}
 		content := map[int64][]byte{}
 		commit := func(feed string, data []byte) meta.Stream {
 			t.Helper()
@@ -803,7 +805,7 @@ func TestPackSegments(t *testing.T) {
 			t.Fatal("commit succeeded with a failing transaction")
 		}
 		repo.fail.Store(false)
-		if got := size(a.Pack); got != end {
+		if got := packSize(t, e, a.Pack); got != end {
 			t.Fatalf("pack is %d bytes after a failed batch, want %d (cut back)", got, end)
 		}
 		c := commit("SEG-C", randomBytes(9, 7<<10)) // takes the pack past its segment size
@@ -1196,25 +1198,17 @@ func TestPackZeroAhead(t *testing.T) {
 		for _, r := range rows {
 			ends[r.Pack] = max(ends[r.Pack], r.PackOffset+r.FileSize)
 		}
-		size := func(pack string) int64 {
-			t.Helper()
-			fi, err := os.Stat(filepath.Join(e.root(), pack))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return fi.Size()
-		}
-		if got := size(first.Pack); got != ends[first.Pack] {
+		if got := packSize(t, e, first.Pack); got != ends[first.Pack] {
 			t.Errorf("the closed segment %s is %d bytes, its streams end at %d", first.Pack, got, ends[first.Pack])
 		}
-		if got, end := size(last.Pack), ends[last.Pack]; got < end+1<<20 {
+		if got, end := packSize(t, e, last.Pack), ends[last.Pack]; got < end+1<<20 {
 			t.Errorf("the open pack %s is %d bytes, its streams end at %d: want zeros a megabyte ahead", last.Pack, got, end)
 		}
 		if err := checkPackEnd(filepath.Join(e.root(), last.Pack), ends[last.Pack]); err != nil {
 			t.Error(err)
 		}
 		s.Close()
-		if got := size(last.Pack); got != ends[last.Pack] {
+		if got := packSize(t, e, last.Pack); got != ends[last.Pack] {
 			t.Errorf("after Close the pack %s is %d bytes, its streams end at %d", last.Pack, got, ends[last.Pack])
 		}
 		s = e.openPacked(t, nil, "N1", packMax)

@@ -72,3 +72,30 @@ func PostgresDSN(t testing.TB) string {
 	u.RawQuery = q.Encode()
 	return u.String()
 }
+
+// Rows reads every row of rows (which it closes) as a slice of column
+// values, failing the test on any error.
+func Rows(t testing.TB, rows *sql.Rows) [][]any {
+	t.Helper()
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]any
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, vals)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
