@@ -41,8 +41,9 @@ const (
 	packSegmentSize = 32 << 20
 )
 
-// openPack is the pack batches append to; only the committer writes it,
-// under packMu.
+// openPack is the pack batches append to; one writePack at a time writes
+// it. Its fields are guarded by packMu, except that while writing is set,
+// that writePack alone uses f, size and zeroed.
 type openPack struct {
 	f    *os.File
 	rel  string // path relative to the root, as rows name it
@@ -53,6 +54,8 @@ type openPack struct {
 	zeroed int64
 	// committed is set once a batch's rows naming this pack committed.
 	committed bool
+	// writing is set while a batch is written and synced, outside packMu.
+	writing bool
 }
 
 // packZeroAhead is how far past a batch's end the pack is zero-filled.
@@ -69,6 +72,62 @@ type packWrite struct {
 // each row's Pack, PackOffset and FileSize. The batch counts as in flight
 // on its pack, which RemoveDeleted leaves alone, until packDone.
 func (s *Store) writePack(items []*packItem) (packWrite, error) {
+	// Stage one writes every batch, but a failed batch is retried request
+	// by request from stage two: writes take turns.
+	s.packWriteMu.Lock()
+	defer s.packWriteMu.Unlock()
+	p, err := s.startPackWrite()
+	if err != nil {
+		return packWrite{}, err
+	}
+	// The bytes are written and synced without packMu: stage two takes it
+	// to end the previous batch's flight (packDone), and must not wait for
+	// this batch's disk write. p.writing keeps packDone from cutting the
+	// file under this write, and the batch counts as in flight already.
+	w := packWrite{rel: p.rel, start: p.size, end: p.size}
+	var werr error
+	synced := true
+	for _, it := range items {
+		if _, err := p.f.WriteAt(it.data, w.end); err != nil {
+			werr = fmt.Errorf("write pack: %w", err)
+			break
+		}
+		it.row.Pack, it.row.PackOffset, it.row.FileSize = p.rel, w.end, int64(len(it.data))
+		w.end += int64(len(it.data))
+	}
+	if werr == nil {
+		s.zeroAhead(p, w.end)
+		// fdatasync: the pack's name is durable already, and a batch that
+		// changed the file's length (past the zeroed part) still has the
+		// length flushed with its data.
+		if err := fdatasync(p.f); err != nil {
+			werr, synced = fmt.Errorf("sync pack: %w", err), false
+		}
+	}
+	s.packMu.Lock()
+	defer s.packMu.Unlock()
+	p.writing = false
+	if werr != nil {
+		for _, it := range items {
+			it.row.Pack, it.row.PackOffset = "", 0
+		}
+		s.endFlight(p.rel)
+		s.rollbackPack(w)
+		if !synced {
+			// After a failed fsync the kernel may have dropped the pages:
+			// no later batch may trust this file (earlier ones were synced).
+			s.closePack()
+		}
+		return packWrite{}, werr
+	}
+	p.size = w.end
+	return w, nil
+}
+
+// startPackWrite returns the pack the next batch goes to, starting a new
+// one when there is none, it is full or the day changed, and marks the
+// batch as being written and in flight on it.
+func (s *Store) startPackWrite() (*openPack, error) {
 	s.packMu.Lock()
 	defer s.packMu.Unlock()
 	now := s.opt.Now().UTC()
@@ -80,47 +139,38 @@ func (s *Store) writePack(items []*packItem) (packWrite, error) {
 		rel := filepath.Join(day, safeName(s.opt.Node)+"-"+strconv.FormatInt(s.packSeq.Add(1), 10)+packSuffix)
 		path := filepath.Join(s.opt.Root, rel)
 		if err := mkdirAllSync(filepath.Dir(path)); err != nil {
-			return packWrite{}, fmt.Errorf("create pack directory: %w", err)
+			return nil, fmt.Errorf("create pack directory: %w", err)
 		}
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
 		if err != nil {
-			return packWrite{}, fmt.Errorf("create pack: %w", err)
+			return nil, fmt.Errorf("create pack: %w", err)
 		}
 		// The new name must be durable before any row names it.
 		if err := syncDir(filepath.Dir(path)); err != nil {
 			f.Close()
 			_ = os.Remove(path)
-			return packWrite{}, err
+			return nil, err
 		}
 		s.pack = &openPack{f: f, rel: rel, day: day}
 	}
 	p := s.pack
-	w := packWrite{rel: p.rel, start: p.size, end: p.size}
-	for _, it := range items {
-		if _, err := p.f.WriteAt(it.data, w.end); err != nil {
-			s.rollbackPack(w)
-			return packWrite{}, fmt.Errorf("write pack: %w", err)
-		}
-		it.row.Pack, it.row.PackOffset, it.row.FileSize = p.rel, w.end, int64(len(it.data))
-		w.end += int64(len(it.data))
-	}
-	s.zeroAhead(p, w.end)
-	// fdatasync: the pack's name is durable already, and a batch that
-	// changed the file's length (past the zeroed part) still has the
-	// length flushed with its data.
-	if err := fdatasync(p.f); err != nil {
-		// After a failed fsync the kernel may have dropped the pages: no
-		// later batch may trust this file (earlier ones were synced).
-		s.rollbackPack(w)
-		s.closePack()
-		return packWrite{}, fmt.Errorf("sync pack: %w", err)
-	}
-	p.size = w.end
+	p.writing = true
 	if s.packsInFlight == nil {
 		s.packsInFlight = make(map[string]int)
 	}
 	s.packsInFlight[p.rel]++
-	return w, nil
+	return p, nil
+}
+
+// endFlight ends a batch's flight on pack rel and returns how many are
+// still in flight there. Called under packMu.
+func (s *Store) endFlight(rel string) int {
+	s.packsInFlight[rel]--
+	n := s.packsInFlight[rel]
+	if n <= 0 {
+		delete(s.packsInFlight, rel)
+	}
+	return n
 }
 
 // zeroAhead is called once a batch's bytes are written up to end: when
@@ -156,11 +206,7 @@ func (s *Store) zeroAhead(p *openPack, end int64) {
 func (s *Store) packDone(w packWrite, items []*packItem, failed bool) {
 	s.packMu.Lock()
 	defer s.packMu.Unlock()
-	s.packsInFlight[w.rel]--
-	inFlight := s.packsInFlight[w.rel]
-	if inFlight <= 0 {
-		delete(s.packsInFlight, w.rel)
-	}
+	inFlight := s.endFlight(w.rel)
 	p := s.pack
 	if p == nil || p.rel != w.rel {
 		return
@@ -173,6 +219,8 @@ func (s *Store) packDone(w packWrite, items []*packItem, failed bool) {
 		it.row.Pack, it.row.PackOffset = "", 0
 	}
 	switch {
+	case p.writing:
+		// The next batch is being written after these bytes: they stay.
 	case !p.committed && inFlight <= 0:
 		// Every batch in this pack failed: no row will ever name it.
 		s.rollbackPack(packWrite{rel: w.rel})

@@ -764,6 +764,95 @@ func TestPackFailedTransaction(t *testing.T) {
 	})
 }
 
+// failFeedRepo makes Apply fail for every batch holding a packed row of a
+// feed that starts with "FAIL".
+type failFeedRepo struct {
+	*meta.Repo
+}
+
+func (r failFeedRepo) Apply(ctx context.Context, b *meta.Batch) error {
+	for _, row := range b.Packed {
+		if strings.HasPrefix(row.Feed, "FAIL") {
+			return errors.New("injected failure")
+		}
+	}
+	return r.Repo.Apply(ctx, b)
+}
+
+// TestPackFailuresBetweenWrites: stage one writes a batch's bytes while
+// stage two ends the flight of the one before; when that one's
+// transaction failed, its bytes must not be cut from under the batch
+// being written. Failing and succeeding posts interleave from many
+// senders: every success reads back exactly, every failure leaves no row.
+func TestPackFailuresBetweenWrites(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		s := e.openPacked(t, failFeedRepo{e.repo}, "N1", packMax)
+		ctx := context.Background()
+		const senders, posts = 8, 40
+		type stored struct {
+			id   int64
+			secs []section
+		}
+		var mu sync.Mutex
+		var good []stored
+		var wg sync.WaitGroup
+		errs := make(chan error, senders*posts)
+		for g := 0; g < senders; g++ {
+			wg.Add(1)
+			go func(g int) {
+				defer wg.Done()
+				for i := 0; i < posts; i++ {
+					feed := fmt.Sprintf("OK-%d", g)
+					if (g+i)%3 == 0 {
+						feed = fmt.Sprintf("FAIL-%d", g)
+					}
+					secs := smallPost(g, i)
+					post := s.Begin()
+					w, err := post.NewStream(ctx, spec(feed))
+					if err != nil {
+						errs <- err
+						return
+					}
+					if err := writeSections(w, secs); err != nil {
+						errs <- err
+						return
+					}
+					_, err = post.Commit(ctx)
+					switch {
+					case strings.HasPrefix(feed, "FAIL") && err == nil:
+						errs <- fmt.Errorf("post %d/%d of a failing feed committed", g, i)
+					case !strings.HasPrefix(feed, "FAIL") && err != nil:
+						errs <- fmt.Errorf("post %d/%d: %w", g, i, err)
+					case err == nil:
+						mu.Lock()
+						good = append(good, stored{w.ID(), secs})
+						mu.Unlock()
+					}
+				}
+			}(g)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		for _, st := range good {
+			if err := checkStream(s, st.id, st.secs); err != nil {
+				t.Error(err)
+			}
+		}
+		rows := allRows(t, e)
+		if len(rows) != len(good) {
+			t.Errorf("%d rows for %d committed posts", len(rows), len(good))
+		}
+		for _, row := range rows {
+			if strings.HasPrefix(row.Feed, "FAIL") {
+				t.Errorf("row of a failed post: %+v", row)
+			}
+		}
+	})
+}
+
 // TestPackSegments: batches append to the open pack until it passes the
 // segment size, then the next batch starts a new one; a batch whose
 // transaction fails is cut off the pack, and the next batch goes where it

@@ -64,9 +64,10 @@ type Store struct {
 	// the number of batches written to each pack whose rows are not yet
 	// committed (or failed).
 	packMu        sync.Mutex
+	packWriteMu   sync.Mutex // held by writePack: one batch is written at a time
 	pack          *openPack
 	packsInFlight map[string]int
-	zeros         []byte    // packZeroAhead zero bytes, for zeroAhead (under packMu)
+	zeros         []byte    // packZeroAhead zero bytes, for zeroAhead (under packWriteMu)
 	packBufs      sync.Pool // *bytes.Buffer for small streams
 	repo          Repo
 	codec         *streamfile.Codec
