@@ -209,7 +209,8 @@ func testProxyUnaggregatedStreams(t *testing.T, loc location) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || got[0].Feed != "FEED-A" || got[0].FileSize != 10 || got[0].RawSize != 20 || got[0].StatusMs != 1000 {
+	// What aggregating takes, and no attributes.
+	if len(got) != 1 || got[0].Feed != "FEED-A" || got[0].Type == "" || got[0].Status != Unlocked || got[0].Parts != 1 || got[0].RawSize != 20 || got[0].Attributes != nil {
 		t.Errorf("first unaggregated stream = %+v", got)
 	}
 
@@ -689,9 +690,11 @@ func testProxyForwardSent(t *testing.T, loc location) {
 	if !slices.Equal(ids(done), streamIDs(ss[:2])) {
 		t.Fatalf("second ForwardSent returned %v, want %v", ids(done), streamIDs(ss[:2]))
 	}
-	for _, s := range done {
-		if s.Status != Deleted || s.Feed != "FEED-A" || s.FileSize != 10 {
-			t.Errorf("returned stream %+v", s)
+	// What removing their data takes, and no attributes.
+	for i, s := range done {
+		w := ss[i]
+		if s.Status != Deleted || s.Feed != "FEED-A" || s.Type != w.Type || s.CreateMs != w.CreateMs || s.Pack != w.Pack || s.Attributes != nil {
+			t.Errorf("returned stream %+v, want one like %+v", s, w)
 		}
 	}
 	for _, s := range ss[:2] {
@@ -745,9 +748,10 @@ func testProxyForwardSent(t *testing.T, loc location) {
 	}
 }
 
-// testProxyBigAggregate: an aggregate of more streams than one purge
-// statement names is marked DELETED as a whole when sent, and purged in
-// chunks; a stream of another aggregate is untouched. On SQLite the purge
+// testProxyBigAggregate: an aggregate of more streams than one INSERT of
+// items adds and one purge transaction removes is filed whole, marked
+// DELETED as a whole when sent, and purged in chunks; a stream of another
+// aggregate is untouched. On SQLite the purge
 // looks its ids up by rowid, not by walking the DELETED status entries.
 func testProxyBigAggregate(t *testing.T, loc location) {
 	ctx := t.Context()
