@@ -183,7 +183,10 @@ func (m *Map) Clone() *Map {
 	if m == nil {
 		return &Map{}
 	}
-	c := &Map{kvs: slices.Clone(m.kvs)}
+	// Room for a few more: a copy is usually made to add to it (a stream's
+	// StreamSize, a part's own keys), and growing a full slice copies it
+	// again.
+	c := &Map{kvs: append(make([]KV, 0, len(m.kvs)+4), m.kvs...)}
 	if m.idx != nil {
 		c.idx = make(map[string]int, len(m.idx))
 		for k, v := range m.idx {

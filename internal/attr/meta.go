@@ -2,6 +2,7 @@ package attr
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -17,7 +18,13 @@ import (
 // ParseMeta refuses) become the same replacements, and invalid UTF-8 becomes
 // U+FFFD. Maps built by ParseMeta never need any of this.
 func AppendMeta(dst []byte, m *Map) []byte {
-	for _, kv := range m.Sorted() {
+	sorted := m.Sorted()
+	n := 0
+	for _, kv := range sorted {
+		n += len(kv.Key) + len(kv.Value) + 2
+	}
+	dst = slices.Grow(dst, n) // exact unless a character is replaced
+	for _, kv := range sorted {
 		dst = appendMetaText(dst, kv.Key, true)
 		dst = append(dst, ':')
 		dst = appendMetaText(dst, kv.Value, false)

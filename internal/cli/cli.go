@@ -104,9 +104,62 @@ func run(args []string, stdout, stderr io.Writer) error {
 // common holds the flags every command takes.
 type common struct {
 	config, data, db, listen, node string
-	// cpuProfile, when set, names a file a server writes a CPU profile
-	// of its whole run to (for `go tool pprof`), finished at shutdown.
-	cpuProfile string
+	profiles
+}
+
+// profiles names the files a server writes profiles of its whole run to
+// (for `go tool pprof`), finished at shutdown; empty names none.
+type profiles struct {
+	cpu, mem string
+}
+
+func (p *profiles) register(fs *flag.FlagSet) {
+	fs.StringVar(&p.cpu, "cpuprofile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
+	fs.StringVar(&p.mem, "memprofile", "", "write a profile of the whole run's allocations to this file at shutdown (for go tool pprof)")
+}
+
+// start starts the CPU profile; the stop it returns ends it and writes
+// the allocation profile.
+func (p profiles) start() (stop func() error, err error) {
+	var cpu *os.File
+	if p.cpu != "" {
+		if cpu, err = os.Create(p.cpu); err != nil {
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(cpu); err != nil {
+			cpu.Close()
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+	}
+	return func() error {
+		var errs []error
+		if cpu != nil {
+			pprof.StopCPUProfile()
+			if err := cpu.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("cpu profile: %w", err))
+			}
+		}
+		if p.mem != "" {
+			if err := writeAllocs(p.mem); err != nil {
+				errs = append(errs, fmt.Errorf("memory profile: %w", err))
+			}
+		}
+		return errors.Join(errs...)
+	}, nil
+}
+
+// writeAllocs writes the allocations since the start (sampled, one per
+// 512 KiB on average) and the live heap to path.
+func writeAllocs(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func (c *common) register(fs *flag.FlagSet, server bool) {
@@ -115,7 +168,7 @@ func (c *common) register(fs *flag.FlagSet, server bool) {
 	fs.StringVar(&c.db, "db", "", "metadata database: empty for SQLite in the data directory, or a postgres:// URL")
 	if server {
 		fs.StringVar(&c.listen, "listen", "", "address to listen on (default 127.0.0.1:8080)")
-		fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
+		c.profiles.register(fs)
 	}
 	fs.StringVar(&c.node, "node", "", "node name used in receipt ids (default: the host name)")
 }
@@ -196,32 +249,25 @@ func serve(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return runServer(cfg.Log, c.cpuProfile, stderr, func(ctx context.Context, log *slog.Logger) (*app.App, error) {
+	return runServer(cfg.Log, c.profiles, stderr, func(ctx context.Context, log *slog.Logger) (*app.App, error) {
 		return app.New(ctx, cfg, log)
 	})
 }
 
 // runServer starts a server (the main service or a proxy) with the
-// process logger and serves until SIGINT or SIGTERM, profiling the CPU
-// into cpuProfile if it is set.
-func runServer(lc config.Log, cpuProfile string, stderr io.Writer, start func(context.Context, *slog.Logger) (*app.App, error)) error {
+// process logger and serves until SIGINT or SIGTERM, writing the profiles
+// prof names.
+func runServer(lc config.Log, prof profiles, stderr io.Writer, start func(context.Context, *slog.Logger) (*app.App, error)) error {
 	log := app.NewLogger(lc, stderr)
-	if cpuProfile != "" {
-		f, err := os.Create(cpuProfile)
-		if err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			f.Close()
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			if err := f.Close(); err != nil {
-				log.Error("cpu profile", "err", err)
-			}
-		}()
+	stopProfiles, err := prof.start()
+	if err != nil {
+		return err
 	}
+	defer func() {
+		if err := stopProfiles(); err != nil {
+			log.Error("profiles", "err", err)
+		}
+	}()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	a, err := start(ctx, log)

@@ -37,7 +37,7 @@ func (p *proxyFlags) register(fs *flag.FlagSet, server bool) {
 		fs.StringVar(&p.listen, "listen", "", "address to listen on (default 127.0.0.1:8090)")
 		fs.StringVar(&p.proxyID, "proxy-id", "", "proxy id used in receipt ids (default: generated once and kept in the data directory)")
 		fs.Var(&p.forwards, "forward", "downstream datafeed URL to forward to (repeatable; default settings)")
-		fs.StringVar(&p.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
+		p.profiles.register(fs)
 	}
 }
 
@@ -85,7 +85,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return runServer(cfg.Log, p.cpuProfile, stderr, func(ctx context.Context, log *slog.Logger) (*app.App, error) {
+	return runServer(cfg.Log, p.profiles, stderr, func(ctx context.Context, log *slog.Logger) (*app.App, error) {
 		return app.NewProxy(ctx, cfg, log)
 	})
 }

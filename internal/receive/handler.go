@@ -464,28 +464,33 @@ func (p *post) log(out outcome, e *Error, msg string, start time.Time) {
 	if e != nil {
 		httpStatus = e.Code.HTTPStatus()
 	}
-	args := []any{
-		"event", event(out, e), "receiptId", p.receiptID, "outcome", string(out), "feed", p.feed, "type", p.typ,
-		"httpStatus", httpStatus, "status", code, "bytes", p.rawBytes, "storedBytes", p.storedBytes,
-		"durationMs", d.Milliseconds(), "path", p.r.URL.Path, "remote", p.r.RemoteAddr,
-	}
+	// Attrs, not key-value pairs: this runs for every post, and the
+	// pairs cost an allocation per number and one for the slice.
+	var buf [24]slog.Attr
+	args := append(buf[:0],
+		slog.String("event", event(out, e)), slog.String("receiptId", p.receiptID), slog.String("outcome", string(out)),
+		slog.String("feed", p.feed), slog.String("type", p.typ),
+		slog.Int("httpStatus", httpStatus), slog.Int("status", code), slog.Int64("bytes", p.rawBytes),
+		slog.Int64("storedBytes", p.storedBytes), slog.Int64("durationMs", d.Milliseconds()),
+		slog.String("path", p.r.URL.Path), slog.String("remote", p.r.RemoteAddr),
+	)
 	if p.attrs != nil {
-		args = append(args, "guid", p.attrs.Value("GUID"))
+		args = append(args, slog.String("guid", p.attrs.Value("GUID")))
 	}
 	if p.identity != nil {
-		args = append(args, "user", p.identity.SubjectID)
+		args = append(args, slog.String("user", p.identity.SubjectID))
 	}
 	if e != nil && e.Internal != nil {
-		args = append(args, "cause", e.Internal.Error())
+		args = append(args, slog.String("cause", e.Internal.Error()))
 	}
 	if len(p.streams) > 0 {
-		args = append(args, "streams", p.streams)
+		args = append(args, slog.Any("streams", p.streams))
 	}
 	if p.flagged != "" {
-		args = append(args, "undeclaredCompression", p.flagged)
+		args = append(args, slog.String("undeclaredCompression", p.flagged))
 	}
 	if p.downstream != "" {
-		args = append(args, "downstreamReceiptId", p.downstream)
+		args = append(args, slog.String("downstreamReceiptId", p.downstream))
 	}
 	if keys := p.h.opt.LogMetaKeys; len(keys) > 0 && p.attrs != nil {
 		meta := make([]any, 0, len(keys))
@@ -494,8 +499,8 @@ func (p *post) log(out outcome, e *Error, msg string, start time.Time) {
 		}
 		args = append(args, slog.Group("meta", meta...))
 	}
-	args = append(args, "message", msg)
-	p.h.opt.Log.Log(context.Background(), level, "receive", args...)
+	args = append(args, slog.String("message", msg))
+	p.h.opt.Log.LogAttrs(context.Background(), level, "receive", args...)
 	if m := p.h.opt.Metrics; m != nil {
 		label := "-"
 		if p.feedKnown {
