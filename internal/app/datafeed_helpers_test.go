@@ -35,8 +35,8 @@ const (
 	testFeed  = "TEST-FEED"
 	userAgent = "weir-test"
 	// sampleZip is the reference system's sample payload in the Stroom zip
-	// format, in the shared test data beside the repository (read-only).
-	sampleZip = "../../../shared/testdata/stroom-samples/input/ZIP_TEST-DATA_SPLITTER-EVENTS~1.zip"
+	// format; the other samples are beside it (copies, kept byte for byte).
+	sampleZip = "testdata/stroom-samples/ZIP_TEST-DATA_SPLITTER-EVENTS~1.zip"
 )
 
 var (
