@@ -1574,3 +1574,44 @@ func TestProxyAuthenticatedDownstream(t *testing.T) {
 		t.Errorf("%d parts at the main service, want only the good proxy's", n)
 	}
 }
+
+// TestProxyForwarderWaitsWhileSending: while an aggregate is being sent the
+// forwarder waits for the send to end (or another aggregate to close)
+// instead of reading its queue over and over. It once took the aggregate in
+// flight, still queued, for one due now, and read the queue every 5 ms for
+// as long as a send took: two queries each time, on the proxy's busiest
+// database.
+func TestProxyForwarderWaitsWhileSending(t *testing.T) {
+	t.Parallel()
+	const feedName = "PXB-BUSY-WAIT"
+	arrived, release := make(chan struct{}), make(chan struct{})
+	fake := pxFakeDownstream(t, func(n int, _ string) pxAnswer {
+		if n == 1 {
+			close(arrived)
+			<-release
+		}
+		return pxAnswer{status: http.StatusOK, body: "fake\n"}
+	})
+	px := pxProxy(t, "proxy-busy-wait", func(c *config.Proxy) {
+		c.ForwardHTTPDestinations[0].Name = "fake"
+	}, fake.URL+"/datafeed")
+	pxPost(t, px, feedName, "held by the downstream\n")
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the aggregate never reached the downstream")
+	}
+	reads := `weir_proxy_queue_reads_total{destination="fake"}`
+	before := metric(t, px, reads)
+	time.Sleep(time.Second) // the send is held: nothing is due
+	during := metric(t, px, reads) - before
+	close(release)
+	// Nothing else is queued: the forwarder may read the queue when the
+	// 2 s poll comes round, not hundreds of times.
+	if during > 2 {
+		t.Errorf("the forwarder read its queue %g times in 1 s while its only aggregate was being sent", during)
+	}
+	apptest.WaitFor(t, "the held aggregate to be recorded as sent", func() bool {
+		return metric(t, px, `weir_proxy_forwards_total{destination="fake",outcome="sent"}`) == 1
+	})
+}

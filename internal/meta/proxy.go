@@ -197,15 +197,7 @@ func insertItemsSQL(n int) string {
 // those in skip (being sent already).
 func (r *Repo) DueForwards(ctx context.Context, destination string, nowMs int64, skip []int64, limit int) ([]Forward, error) {
 	args := []any{destination, string(ForwardQueued), nowMs, limit}
-	not := ""
-	if len(skip) > 0 {
-		ph := make([]string, len(skip))
-		for i, id := range skip {
-			args = append(args, id)
-			ph[i] = fmt.Sprintf("$%d", len(args))
-		}
-		not = " AND f.aggregate_id NOT IN (" + strings.Join(ph, ", ") + ")"
-	}
+	not := notIn("f.aggregate_id", skip, &args)
 	fs, err := queryAll(ctx, r.db, scanForward, `SELECT `+forwardColumns+`
 		FROM proxy_forwards f JOIN proxy_aggregates a ON a.id = f.aggregate_id
 		WHERE f.destination = $1 AND f.state = $2 AND f.next_ms <= $3`+not+`
@@ -216,15 +208,34 @@ func (r *Repo) DueForwards(ctx context.Context, destination string, nowMs int64,
 	return fs, nil
 }
 
-// NextForwardMs is when the next queued aggregate for destination is due
-// (ok false when none is queued).
-func (r *Repo) NextForwardMs(ctx context.Context, destination string) (ms int64, ok bool, err error) {
+// NextForwardMs is when the next queued aggregate for destination is due,
+// leaving out the aggregates in skip (ok false when none is queued). The
+// forwarder passes those it is sending: they are still queued until their
+// outcome is recorded, and counting them would have it poll every few
+// milliseconds for as long as a send takes.
+func (r *Repo) NextForwardMs(ctx context.Context, destination string, skip []int64) (ms int64, ok bool, err error) {
 	var v sql.NullInt64
-	if err := r.db.QueryRowContext(ctx, `SELECT MIN(next_ms) FROM proxy_forwards WHERE destination = $1 AND state = $2`,
-		destination, string(ForwardQueued)).Scan(&v); err != nil {
+	args := []any{destination, string(ForwardQueued)}
+	not := notIn("aggregate_id", skip, &args)
+	if err := r.db.QueryRowContext(ctx, `SELECT MIN(next_ms) FROM proxy_forwards WHERE destination = $1 AND state = $2`+not,
+		args...).Scan(&v); err != nil {
 		return 0, false, fmt.Errorf("next forward for %q: %w", destination, err)
 	}
 	return v.Int64, v.Valid, nil
+}
+
+// notIn is the condition " AND column NOT IN (...)" with a placeholder per
+// id appended to args, or "" when there are none.
+func notIn(column string, ids []int64, args *[]any) string {
+	if len(ids) == 0 {
+		return ""
+	}
+	ph := make([]string, len(ids))
+	for i, id := range ids {
+		*args = append(*args, id)
+		ph[i] = fmt.Sprintf("$%d", len(*args))
+	}
+	return " AND " + column + " NOT IN (" + strings.Join(ph, ", ") + ")"
 }
 
 // AggregateStreams lists the streams of an aggregate in the order they

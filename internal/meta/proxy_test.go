@@ -472,12 +472,21 @@ func testProxyDueForwards(t *testing.T, loc location) {
 
 	for _, tc := range []struct {
 		dest string
+		skip []int64 // being sent: not what the forwarder waits for
 		ms   int64
 		ok   bool
-	}{{"d1", 1000, true}, {"d2", 500, true}, {"d3", 0, false}} {
-		ms, ok, err := r.NextForwardMs(ctx, tc.dest)
+	}{
+		{"d1", nil, 1000, true},
+		{"d2", nil, 500, true},
+		{"d3", nil, 0, false},
+		{"d1", []int64{a2.ID}, 2000, true},
+		{"d1", []int64{a2.ID, a4.ID}, 2500, true},
+		{"d1", []int64{a1.ID, a2.ID, a3.ID, a4.ID}, 0, false},
+		{"d2", []int64{a6.ID, a2.ID}, 2000, true},
+	} {
+		ms, ok, err := r.NextForwardMs(ctx, tc.dest, tc.skip)
 		if err != nil || ms != tc.ms || ok != tc.ok {
-			t.Errorf("NextForwardMs(%s) = %d, %v, %v; want %d, %v (FAILED forwards are not queued)", tc.dest, ms, ok, err, tc.ms, tc.ok)
+			t.Errorf("NextForwardMs(%s, skip %v) = %d, %v, %v; want %d, %v (FAILED forwards are not queued)", tc.dest, tc.skip, ms, ok, err, tc.ms, tc.ok)
 		}
 	}
 }

@@ -94,6 +94,7 @@ func (f *forwarder) dispatch(ctx context.Context) (time.Duration, error) {
 		return pollInterval, nil
 	}
 	now := f.p.now()
+	f.p.metrics.queueReads.WithLabelValues(f.dest.Name()).Inc()
 	due, err := f.p.repo.DueForwards(ctx, f.dest.Name(), now.UnixMilli(), skip, free)
 	if err != nil {
 		return 0, err
@@ -118,7 +119,12 @@ func (f *forwarder) dispatch(ctx context.Context) (time.Duration, error) {
 	if len(due) == free {
 		return pollInterval, nil // full: a finished send wakes the loop
 	}
-	next, ok, err := f.p.repo.NextForwardMs(ctx, f.dest.Name())
+	for _, fw := range due {
+		skip = append(skip, fw.ID)
+	}
+	// Those in flight are left out: a finished send wakes the loop, and a
+	// newly closed aggregate too.
+	next, ok, err := f.p.repo.NextForwardMs(ctx, f.dest.Name(), skip)
 	if err != nil || !ok {
 		return pollInterval, err
 	}

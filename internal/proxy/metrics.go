@@ -19,6 +19,7 @@ type metrics struct {
 	live            *prometheus.GaugeVec
 	aggregates      *prometheus.CounterVec
 	repositoryBytes prometheus.Gauge
+	queueReads      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -44,9 +45,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			[]string{"reason"}),
 		repositoryBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "weir_proxy_repository_bytes",
 			Help: "Stored bytes of posts not yet forwarded everywhere."}),
+		queueReads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "weir_proxy_queue_reads_total",
+			Help: "Times a destination's forwarder read its queue for due aggregates: when one closes, a send ends, a retry is due, and every 2 s otherwise."},
+			[]string{"destination"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.queueItems, m.queueBytes, m.oldestAge, m.outcomes, m.sentBytes, m.live, m.aggregates, m.repositoryBytes)
+		reg.MustRegister(m.queueItems, m.queueBytes, m.oldestAge, m.outcomes, m.sentBytes, m.live, m.aggregates, m.repositoryBytes, m.queueReads)
 	}
 	return m
 }
