@@ -242,6 +242,9 @@ func NewHTTPSender(cfg config.HTTPDestination, userAgent string) (*HTTPSender, e
 	tr.Protocols.SetHTTP1(true)
 	tr.DisableCompression = true
 	tr.MaxIdleConnsPerHost = max(cfg.Queue.ForwardThreadCount, 16)
+	// A forward is one long chunked body: write it in large pieces, not
+	// a system call per 4 KiB (the default).
+	tr.WriteBufferSize = 64 << 10
 	s.transport = tr
 	s.client = &http.Client{
 		Transport: tr,

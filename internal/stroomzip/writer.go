@@ -2,9 +2,11 @@ package stroomzip
 
 import (
 	"archive/zip"
+	"bufio"
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/klauspost/compress/flate"
@@ -37,11 +39,25 @@ type Part struct {
 // writes the sizes in a data descriptor after each entry), but it can find
 // the end of a deflate stream. Zip64 records are added when sizes need them.
 type Writer struct {
+	bw     *bufio.Writer // under zw: the zip reaches w in large writes
 	zw     *zip.Writer
 	stored bool // level 0: entries STORED, sizes and CRC in their local headers
 	parts  int
-	bytes  int64 // uncompressed bytes written to entries
+	bytes  int64  // uncompressed bytes written to entries
+	buf    []byte // copy buffer of every entry (io.Copy would allocate one per entry)
+	whole  []byte // a stored entry read whole, for its CRC and then its bytes
 }
+
+// outBuffer is the size of the writes the zip reaches its writer in. A
+// proxy's forward goes through a pipe into a chunked request: each write
+// becomes a chunk and a system call, and zip's own buffer is 4 KiB.
+const outBuffer = 64 << 10
+
+// maxWhole is the largest stored entry read once into memory (its CRC
+// computed there, then its bytes written); a larger one is read twice.
+// Most forwarded posts are far smaller, and reading a store section twice
+// means decompressing it twice.
+const maxWhole = 1 << 20
 
 // NewWriter starts a zip on w. Close must be called to write its directory.
 func NewWriter(w io.Writer) *Writer { return NewWriterLevel(w, flate.DefaultCompression) }
@@ -50,11 +66,13 @@ func NewWriter(w io.Writer) *Writer { return NewWriterLevel(w, flate.DefaultComp
 // compress/flate level: flate.BestSpeed for data in transit, where
 // compression time matters more than size). Level 0 stores entries
 // uncompressed, for links where CPU costs more than bytes: an entry whose
-// reader can seek (the store's sections can) is read twice, once for its
-// CRC and size, so that its local header carries them and a streaming
-// reader finds its end; others are deflated as usual.
+// reader can seek (the store's sections can) has its CRC and size
+// computed before it is written (read into memory when it is at most
+// maxWhole bytes, else read twice), so that its local header carries them
+// and a streaming reader finds its end; others are deflated as usual.
 func NewWriterLevel(w io.Writer, level int) *Writer {
-	zw := zip.NewWriter(w)
+	bw := bufio.NewWriterSize(w, outBuffer)
+	zw := zip.NewWriter(bw)
 	// klauspost's deflate is several times faster than the standard
 	// library's at a similar ratio; exports are dominated by compression.
 	// Entries are written one at a time (zip closes one before the next
@@ -71,7 +89,7 @@ func NewWriterLevel(w io.Writer, level int) *Writer {
 		fw.Reset(out)
 		return fw, nil
 	})
-	return &Writer{zw: zw, stored: level == 0}
+	return &Writer{bw: bw, zw: zw, stored: level == 0, buf: make([]byte, 32<<10)}
 }
 
 // WritePart writes the next part and returns its number (from 1).
@@ -93,11 +111,7 @@ func (w *Writer) WritePart(p Part) (int, error) {
 			continue
 		}
 		name := PartName(n, e.kind)
-		ew, err := w.create(name, mod, e.r)
-		if err != nil {
-			return 0, fmt.Errorf("zip entry %s: %w", name, err)
-		}
-		c, err := io.Copy(ew, e.r)
+		c, err := w.entry(name, mod, e.r)
 		w.bytes += c
 		if err != nil {
 			return 0, fmt.Errorf("zip entry %s: %w", name, err)
@@ -107,25 +121,86 @@ func (w *Writer) WritePart(p Part) (int, error) {
 	return n, nil
 }
 
-// create starts an entry for r's content: STORED with its CRC and size
+// entry writes one entry with r's content: STORED with its CRC and size
 // up front when the writer stores and r can be read twice, else DEFLATE.
-func (w *Writer) create(name string, mod time.Time, r io.Reader) (io.Writer, error) {
+func (w *Writer) entry(name string, mod time.Time, r io.Reader) (int64, error) {
 	rs, ok := r.(io.ReadSeeker)
 	if !w.stored || !ok {
-		return w.zw.CreateHeader(&zip.FileHeader{Name: name, Method: zip.Deflate, Modified: mod})
+		ew, err := w.zw.CreateHeader(&zip.FileHeader{Name: name, Method: zip.Deflate, Modified: mod})
+		if err != nil {
+			return 0, err
+		}
+		return io.CopyBuffer(ew, r, w.buf)
 	}
-	h := crc32.NewIEEE()
-	n, err := io.Copy(h, rs)
-	if err != nil {
-		return nil, err
+	fh := &zip.FileHeader{Name: name, Method: zip.Store}
+	fh.SetModTime(mod) //nolint:staticcheck // CreateRaw takes the MS-DOS time fields only
+	if sz, ok := r.(interface{ Size() int64 }); ok && sz.Size() <= maxWhole {
+		b, err := readWhole(rs, w.whole[:0], sz.Size(), maxWhole)
+		w.whole = b[:0]
+		if err == nil {
+			fh.CRC32 = crc32.ChecksumIEEE(b)
+			fh.CompressedSize64, fh.UncompressedSize64 = uint64(len(b)), uint64(len(b))
+			ew, err := w.zw.CreateRaw(fh)
+			if err != nil {
+				return 0, err
+			}
+			n, err := ew.Write(b)
+			return int64(n), err
+		}
+		if err != errTooLarge {
+			return 0, err
+		}
+		// Larger than it said: read it twice after all.
 	}
 	if _, err := rs.Seek(0, io.SeekStart); err != nil {
-		return nil, err
+		return 0, err
 	}
-	fh := &zip.FileHeader{Name: name, Method: zip.Store, CRC32: h.Sum32(),
-		CompressedSize64: uint64(n), UncompressedSize64: uint64(n)}
-	fh.SetModTime(mod) //nolint:staticcheck // CreateRaw takes the MS-DOS time fields only
-	return w.zw.CreateRaw(fh)
+	h := crc32.NewIEEE()
+	n, err := io.CopyBuffer(h, rs, w.buf)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := rs.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
+	fh.CRC32 = h.Sum32()
+	fh.CompressedSize64, fh.UncompressedSize64 = uint64(n), uint64(n)
+	ew, err := w.zw.CreateRaw(fh)
+	if err != nil {
+		return 0, err
+	}
+	c, err := io.CopyBuffer(ew, rs, w.buf)
+	if err == nil && c != n {
+		err = fmt.Errorf("entry changed while it was written: %d bytes, then %d", n, c)
+	}
+	return c, err
+}
+
+var errTooLarge = fmt.Errorf("entry larger than %d bytes", maxWhole)
+
+// readWhole reads r to its end into b (grown as needed; size is what r
+// says it holds), failing with errTooLarge beyond limit bytes.
+func readWhole(r io.Reader, b []byte, size int64, limit int) ([]byte, error) {
+	b = slices.Grow(b, int(min(size, int64(limit)))+1) // +1: EOF is seen without growing
+	for {
+		if len(b) > limit {
+			return b, errTooLarge
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):min(cap(b), limit+1)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			if len(b) > limit {
+				return b, errTooLarge
+			}
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 // Parts is the number of parts written.
@@ -138,6 +213,9 @@ func (w *Writer) Bytes() int64 { return w.bytes }
 // underlying writer.
 func (w *Writer) Close() error {
 	if err := w.zw.Close(); err != nil {
+		return fmt.Errorf("finish zip: %w", err)
+	}
+	if err := w.bw.Flush(); err != nil {
 		return fmt.Errorf("finish zip: %w", err)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/flate"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -206,5 +207,92 @@ func streamEntries(t *testing.T, b []byte) []entry {
 			}
 		}
 		out = append(out, entry{string(name), data})
+	}
+}
+
+// sizedReader says it holds size bytes, whatever it really holds (a store
+// section changing under the writer, or a wrong caller).
+type sizedReader struct {
+	*bytes.Reader
+	size int64
+}
+
+func (r sizedReader) Size() int64 { return r.size }
+
+// failingReader fails after its bytes, as a damaged store section does
+// (a section: Read, Seek and Size only).
+type failingReader struct{ r *bytes.Reader }
+
+var errDamaged = fmt.Errorf("damaged")
+
+func (f failingReader) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if err == io.EOF {
+		return n, errDamaged
+	}
+	return n, err
+}
+
+func (f failingReader) Seek(off int64, whence int) (int64, error) { return f.r.Seek(off, whence) }
+func (f failingReader) Size() int64                               { return f.r.Size() }
+
+// TestWriterStoredSizes covers both ways a stored entry gets its CRC and
+// size before its bytes: read whole into memory (up to maxWhole bytes,
+// the buffer reused from entry to entry) or read twice, also when a
+// reader's Size is wrong, and that a read error fails the entry.
+func TestWriterStoredSizes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	content := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+		}
+		return b
+	}
+	sizes := []int{0, 1, 45 << 10, maxWhole - 1, maxWhole, maxWhole + 1, 10, 3 << 20}
+	datas := make([][]byte, len(sizes))
+	var buf bytes.Buffer
+	w := NewWriterLevel(&buf, 0)
+	for i, n := range sizes {
+		datas[i] = content(n)
+		var r io.Reader = bytes.NewReader(datas[i])
+		switch i {
+		case 6:
+			r = sizedReader{bytes.NewReader(datas[i]), 100 << 20} // says more: read twice
+		case 7:
+			r = sizedReader{bytes.NewReader(datas[i]), 10} // says less: falls back to reading twice
+		}
+		if _, err := w.WritePart(Part{Data: r}); err != nil {
+			t.Fatalf("part %d (%d bytes): %v", i+1, n, err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	streamed := streamEntries(t, buf.Bytes())
+	if len(streamed) != len(sizes) {
+		t.Fatalf("%d entries, want %d", len(streamed), len(sizes))
+	}
+	for i, e := range streamed {
+		if e.name != PartName(i+1, Data) || !bytes.Equal(e.data, datas[i]) {
+			t.Errorf("entry %d: %s, %d bytes, want %d bytes as written", i, e.name, len(e.data), len(datas[i]))
+		}
+	}
+	zr, err := zip.NewReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range zr.File {
+		if f.Method != zip.Store {
+			t.Errorf("%s: method %d, want stored", f.Name, f.Method)
+		}
+	}
+
+	for _, n := range []int{100, maxWhole + 100} {
+		w := NewWriterLevel(io.Discard, 0)
+		_, err := w.WritePart(Part{Data: failingReader{bytes.NewReader(content(n))}})
+		if !errors.Is(err, errDamaged) {
+			t.Errorf("%d bytes, read fails: %v, want the read error", n, err)
+		}
 	}
 }
