@@ -242,8 +242,9 @@ func NewHTTPSender(cfg config.HTTPDestination, userAgent string) (*HTTPSender, e
 	tr.Protocols.SetHTTP1(true)
 	tr.DisableCompression = true
 	tr.MaxIdleConnsPerHost = max(cfg.Queue.ForwardThreadCount, 16)
-	// A forward is one long chunked body: write it in large pieces, not
-	// a system call per 4 KiB (the default).
+	// A chunked body is flushed after every chunk (up to 32 KiB): with
+	// room for a whole chunk and its framing, each goes out in one system
+	// call instead of three (the default buffer is 4 KiB).
 	tr.WriteBufferSize = 64 << 10
 	s.transport = tr
 	s.client = &http.Client{
