@@ -296,3 +296,72 @@ func TestWriterStoredSizes(t *testing.T) {
 		}
 	}
 }
+
+// FuzzWriterRoundTrip writes parts cut from arbitrary bytes, stored or
+// deflated, with readers that tell their size truly, wrongly or not at
+// all, and reads the zip back both ways: every entry must come back byte
+// for byte, and a streaming reader must find each entry's end.
+func FuzzWriterRoundTrip(f *testing.F) {
+	f.Add(uint8(0), []byte("Feed:A\n\xffdata one\n\xff\xffthree\n"), int64(-1))
+	f.Add(uint8(1), []byte("x\xffy"), int64(3))
+	f.Add(uint8(0), bytes.Repeat([]byte("log line\n"), 500), int64(1))
+	f.Fuzz(func(t *testing.T, level uint8, data []byte, hint int64) {
+		lvl := int(level % 3) // 0 stored, 1 fastest, 2
+		chunks := bytes.Split(data, []byte{0xff})
+		if len(chunks) > 16 {
+			chunks = chunks[:16]
+		}
+		var buf bytes.Buffer
+		w := NewWriterLevel(&buf, lvl)
+		for i, c := range chunks {
+			var r io.Reader
+			switch {
+			case hint >= 0 && i == 3:
+				r = failingReader{bytes.NewReader(c)} // no WriterTo; fails at its end
+			case hint >= 0 && i%2 == 0:
+				r = sizedReader{bytes.NewReader(c), hint} // its size, or not
+			default:
+				r = bytes.NewReader(c)
+			}
+			_, err := w.WritePart(Part{Meta: bytes.NewReader([]byte("Feed:F\n")), Data: r})
+			if _, ok := r.(failingReader); ok {
+				if !errors.Is(err, errDamaged) {
+					t.Fatalf("part %d: a failing reader gave %v", i+1, err)
+				}
+				return // the zip is abandoned, as a failed forward's is
+			}
+			if err != nil {
+				t.Fatalf("part %d: %v", i+1, err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		streamed := streamEntries(t, buf.Bytes())
+		if len(streamed) != 2*len(chunks) {
+			t.Fatalf("%d entries, want %d", len(streamed), 2*len(chunks))
+		}
+		zr, err := zip.NewReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range chunks {
+			want := map[string][]byte{PartName(i+1, Meta): []byte("Feed:F\n"), PartName(i+1, Data): c}
+			for j := 2 * i; j < 2*i+2; j++ {
+				e := streamed[j]
+				if !bytes.Equal(e.data, want[e.name]) {
+					t.Fatalf("streamed %s: %q, want %q", e.name, e.data, want[e.name])
+				}
+				rc, err := zr.File[j].Open()
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := io.ReadAll(rc) // archive/zip checks the CRC at the end
+				rc.Close()
+				if err != nil || !bytes.Equal(b, want[zr.File[j].Name]) {
+					t.Fatalf("%s: %q, %v", zr.File[j].Name, b, err)
+				}
+			}
+		}
+	})
+}
