@@ -1585,6 +1585,8 @@ func TestProxyForwarderWaitsWhileSending(t *testing.T) {
 	t.Parallel()
 	const feedName = "PXB-BUSY-WAIT"
 	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	releaseOnce := func() { once.Do(func() { close(release) }) }
 	fake := pxFakeDownstream(t, func(n int, _ string) pxAnswer {
 		if n == 1 {
 			close(arrived)
@@ -1592,6 +1594,10 @@ func TestProxyForwarderWaitsWhileSending(t *testing.T) {
 		}
 		return pxAnswer{status: http.StatusOK, body: "fake\n"}
 	})
+	// Registered after the fake's Close (cleanups run last first): a test
+	// that fails while the send is held releases it before the server
+	// waits for its handler.
+	t.Cleanup(releaseOnce)
 	px := pxProxy(t, "proxy-busy-wait", func(c *config.Proxy) {
 		c.ForwardHTTPDestinations[0].Name = "fake"
 	}, fake.URL+"/datafeed")
@@ -1605,7 +1611,7 @@ func TestProxyForwarderWaitsWhileSending(t *testing.T) {
 	before := metric(t, px, reads)
 	time.Sleep(time.Second) // the send is held: nothing is due
 	during := metric(t, px, reads) - before
-	close(release)
+	releaseOnce()
 	// Nothing else is queued: the forwarder may read the queue when the
 	// 2 s poll comes round, not hundreds of times.
 	if during > 2 {

@@ -137,7 +137,16 @@ func (f *forwarder) send(ctx context.Context, fw meta.Forward) {
 	streams, err := repo.AggregateStreams(ctx, fw.ID)
 	if err != nil {
 		if ctx.Err() == nil {
-			f.p.log.Error("forwarding: cannot list the aggregate's streams", "destination", f.dest.Name(), "aggregate", fw.ID, "err", err)
+			f.p.log.Error("forwarding: cannot list the aggregate's streams; retrying", "destination", f.dest.Name(), "aggregate", fw.ID, "err", err)
+		}
+		// Nothing is recorded, so the aggregate is still due: wait before
+		// the end of this send wakes the dispatcher, or it would try again
+		// at once, as fast as the database fails.
+		t := time.NewTimer(pollInterval)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
 		}
 		return
 	}

@@ -50,7 +50,9 @@ type Writer struct {
 
 // outBuffer is the size of the writes the zip reaches its writer in. A
 // proxy's forward goes through a pipe into a chunked request: each write
-// becomes a chunk and a system call, and zip's own buffer is 4 KiB.
+// becomes at least a chunk and a system call, and zip's own buffer would
+// be 4 KiB (zip writes into this one instead: bufio reuses a writer that
+// is big enough).
 const outBuffer = 64 << 10
 
 // maxWhole is the largest stored entry read once into memory (its CRC
@@ -134,7 +136,12 @@ func (w *Writer) entry(name string, mod time.Time, r io.Reader) (int64, error) {
 	}
 	fh := &zip.FileHeader{Name: name, Method: zip.Store}
 	fh.SetModTime(mod) //nolint:staticcheck // CreateRaw takes the MS-DOS time fields only
-	if sz, ok := r.(interface{ Size() int64 }); ok && sz.Size() <= maxWhole {
+	// An entry is the reader's whole content, from its start, however it
+	// is read.
+	if _, err := rs.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
+	if sz, ok := r.(interface{ Size() int64 }); ok && sz.Size() >= 0 && sz.Size() <= maxWhole {
 		b, err := readWhole(rs, w.whole[:0], sz.Size(), maxWhole)
 		w.whole = b[:0]
 		if err == nil {
@@ -151,9 +158,9 @@ func (w *Writer) entry(name string, mod time.Time, r io.Reader) (int64, error) {
 			return 0, err
 		}
 		// Larger than it said: read it twice after all.
-	}
-	if _, err := rs.Seek(0, io.SeekStart); err != nil {
-		return 0, err
+		if _, err := rs.Seek(0, io.SeekStart); err != nil {
+			return 0, err
+		}
 	}
 	h := crc32.NewIEEE()
 	n, err := io.CopyBuffer(h, rs, w.buf)

@@ -249,7 +249,7 @@ func TestWriterStoredSizes(t *testing.T) {
 		}
 		return b
 	}
-	sizes := []int{0, 1, 45 << 10, maxWhole - 1, maxWhole, maxWhole + 1, 10, 3 << 20}
+	sizes := []int{0, 1, 45 << 10, maxWhole - 1, maxWhole, maxWhole + 1, 10, 3 << 20, 20, 30, maxWhole + 30}
 	datas := make([][]byte, len(sizes))
 	var buf bytes.Buffer
 	w := NewWriterLevel(&buf, 0)
@@ -261,6 +261,15 @@ func TestWriterStoredSizes(t *testing.T) {
 			r = sizedReader{bytes.NewReader(datas[i]), 100 << 20} // says more: read twice
 		case 7:
 			r = sizedReader{bytes.NewReader(datas[i]), 10} // says less: falls back to reading twice
+		case 8:
+			r = sizedReader{bytes.NewReader(datas[i]), -5} // says nonsense: read twice
+		case 9, 10:
+			// Read partly already: the entry is still the whole content.
+			br := bytes.NewReader(datas[i])
+			if _, err := br.Seek(7, io.SeekStart); err != nil {
+				t.Fatal(err)
+			}
+			r = br
 		}
 		if _, err := w.WritePart(Part{Data: r}); err != nil {
 			t.Fatalf("part %d (%d bytes): %v", i+1, n, err)
@@ -316,7 +325,7 @@ func FuzzWriterRoundTrip(f *testing.F) {
 		for i, c := range chunks {
 			var r io.Reader
 			switch {
-			case hint >= 0 && i == 3:
+			case hint >= 0 && i == 3 && len(chunks) == 4:
 				r = failingReader{bytes.NewReader(c)} // no WriterTo; fails at its end
 			case hint >= 0 && i%2 == 0:
 				r = sizedReader{bytes.NewReader(c), hint} // its size, or not
