@@ -151,12 +151,16 @@ func (s *opsAPI) registerExports() {
 			hc.SetHeader("Content-Disposition", `attachment; filename="weir-stream-`+strconv.FormatInt(st.ID, 10)+`.zip"`)
 			hc.SetStatus(http.StatusOK)
 			zw := stroomzip.NewWriter(hc.BodyWriter())
-			if _, err := writeStreamParts(hc.Context(), zw, r); err != nil {
-				s.Log.Warn("stream zip download ended early", "stream", st.ID, "err", err)
-				return
+			_, err := writeStreamParts(hc.Context(), zw, r)
+			if err == nil {
+				err = zw.Close()
 			}
-			if err := zw.Close(); err != nil {
+			if err != nil {
 				s.Log.Warn("stream zip download ended early", "stream", st.ID, "err", err)
+				// The answer is chunked and its 200 may be out already:
+				// cut the connection, so that the client sees a failed
+				// download, not a complete-looking short one.
+				panic(http.ErrAbortHandler)
 			}
 		}}, nil
 	})
