@@ -228,7 +228,7 @@ func TestKillDuringPosts(t *testing.T) {
 	var totalCutOff int64
 	for cycle := 1; cycle <= killCycles; cycle++ {
 		before := len(ledger.receipts)
-		st := runKillCycle(ctx, t, e, srv, ledger, cycle)
+		st := runKillCycle(ctx, t, e, srv, ledger, cycle, srv.kill)
 		totalCutOff += st.cutOff
 		if st.receipts == 0 {
 			t.Errorf("cycle %d: no post was acknowledged before the kill", cycle)
@@ -264,9 +264,12 @@ func TestKillDuringPosts(t *testing.T) {
 }
 
 // runKillCycle posts from killClients clients until killReceipts receipts
-// arrived (or killCycleWait passed), then kills the server while posts are
-// in flight and waits for every client to stop.
-func runKillCycle(ctx context.Context, t *testing.T, e *weirEnv, srv *server, ledger *killLedger, cycle int) killCycleStats {
+// arrived (or killCycleWait passed), then crashes the server (crash kills
+// it, after cutting its disk's power if the test does that) while posts
+// are in flight and waits for every client to stop. A post that fails or
+// is refused once the crash began is cut off by it: it may or may not be
+// stored, and it was not acknowledged.
+func runKillCycle(ctx context.Context, t *testing.T, e *weirEnv, srv *server, ledger *killLedger, cycle int, crash func()) killCycleStats {
 	var (
 		st       killCycleStats
 		stop     atomic.Bool
@@ -303,8 +306,8 @@ func runKillCycle(ctx context.Context, t *testing.T, e *weirEnv, srv *server, le
 				resp, err := postBody(ctx, client, srv.url, body, length, headers)
 				inflight.Add(-1)
 				switch {
-				case err != nil && stop.Load():
-					cutOff.Add(1) // the kill cut it off: it may or may not be stored
+				case (err != nil || resp.status != http.StatusOK) && stop.Load():
+					cutOff.Add(1) // the crash cut it off: it may or may not be stored
 					return
 				case err != nil:
 					if ctx.Err() == nil && !broken.Swap(true) {
@@ -344,8 +347,8 @@ func runKillCycle(ctx context.Context, t *testing.T, e *weirEnv, srv *server, le
 	}
 	mc.CloseIdleConnections()
 	st.inflightAtKill = inflight.Load()
-	stop.Store(true) // before the kill: every error after this is the kill's
-	srv.kill()
+	stop.Store(true) // before the crash: every error after this is the crash's
+	crash()
 	st.elapsed = time.Since(start)
 
 	done := make(chan struct{})
