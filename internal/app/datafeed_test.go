@@ -553,6 +553,10 @@ func TestDatafeedStatusCodes(t *testing.T) {
 		s.CreateFeed("DROPPING", feed.Drop, "")
 		post(t, s, []byte("data"), "Feed", "DROPPING").ok(t)
 		post(t, s, gz(t, "data"), "Feed", "DROPPING", "Compression", "GZIP").ok(t)
+		// The compression rules hold for a dropped post too (the reference
+		// answers 200): the sender learns its posts are malformed.
+		post(t, s, []byte("data"), "Feed", "DROPPING", "Compression", "BZIP2").fails(t, 406, 200, "BZIP2")
+		post(t, s, gz(t, "data"), "Feed", "DROPPING", "Compression", "GZIP", "Content-Encoding", "gzip").fails(t, 500, 400, "twice")
 		// The body is not needed: the answer comes without it.
 		r := rawRequest(t, s, head(s, "POST /datafeed HTTP/1.1", "Feed: DROPPING", "Expect: 100-continue", "Content-Length: 1000", "GUID: drop-1"), nil)
 		r.ok(t)

@@ -117,6 +117,9 @@ func (a *App) startProxy(ctx context.Context, cfg config.Proxy, id string, ro *r
 	}
 
 	ro.LogMetaKeys = cfg.LogStream.MetaKeys
+	// Whatever the receipt check mode, a proxy does not decide the type of
+	// a post that names none: the main service knows the feed's default.
+	ro.TypeFromDownstream = true
 	switch cfg.Receive.ReceiptCheckMode {
 	case config.FeedStatus, config.FeedExistence:
 		hdr, err := feedStatusHeader(cfg, first)

@@ -1409,6 +1409,43 @@ func TestProxyFeedStatus(t *testing.T) {
 	}
 }
 
+// TestProxyTypelessPostTakesTheFeedsDefault: a proxy that does not ask the
+// main service about feeds (RECEIVE_ALL) does not decide the type of a
+// post that names none: the post arrives without one and the main service
+// stores it under the feed's default type. A post that names its type, or
+// whose feed the proxy itself knows with a default type, keeps that type.
+func TestProxyTypelessPostTakesTheFeedsDefault(t *testing.T) {
+	t.Parallel()
+	const ref, local = "PXB-TYPE-REF", "PXB-TYPE-LOCAL"
+	main := start(t, nil)
+	main.CreateFeed(ref, feed.Receive, "Raw Reference")
+	main.CreateFeed(local, feed.Receive, "Raw Reference")
+	px := pxProxy(t, "proxy-type", nil, main.URL+"/datafeed")
+	px.CreateFeed(local, feed.Receive, "Raw Events") // the proxy's own definition wins there
+
+	pxPost(t, px, ref, "no type\n")
+	pxPost(t, px, ref, "typed\n", "Type", "Raw Events")
+	pxPost(t, px, local, "no type, feed known to the proxy\n")
+	want := map[string]string{
+		"no type\n":                          "Raw Reference",
+		"typed\n":                            "Raw Events",
+		"no type, feed known to the proxy\n": "Raw Events",
+	}
+	for _, p := range pxWaitFeedParts(t, main, "", len(want)) {
+		w, ok := want[string(p.data)]
+		if !ok {
+			continue
+		}
+		if p.typ != w {
+			t.Errorf("%q (feed %s) stored as %q, want %q", p.data, p.feed, p.typ, w)
+		}
+		delete(want, string(p.data))
+	}
+	if len(want) > 0 {
+		t.Errorf("not stored at the main service: %v", want)
+	}
+}
+
 // ---------------------------------------------------------------------------
 // 10 and 11. Repository limit and metrics.
 

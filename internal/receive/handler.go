@@ -44,9 +44,13 @@ type Options struct {
 	CertAttributes func(*http.Request, *attr.Map)
 	Store          *store.Store
 	// FeedStatuses, if set, answers FEED_STATUS and FEED_EXISTENCE checks
-	// instead of the feed table (a proxy asks its downstream). A post
-	// without a Type then keeps none: the downstream picks the feed's.
+	// instead of the feed table (a proxy asks its downstream).
 	FeedStatuses FeedStatuses
+	// TypeFromDownstream: a post without a Type whose feed this service
+	// does not know (with a default type) keeps none, and the service it
+	// is forwarded to picks the feed's default type (a proxy), instead of
+	// Raw Events.
+	TypeFromDownstream bool
 	// Relay, if set, passes each post on during its request instead of
 	// storing it (a proxy's instant forwarding).
 	Relay Relay
@@ -187,21 +191,23 @@ func (p *post) run() (outcome, error) {
 	// without a Feed header may name its feeds in its meta entries, so its
 	// checks run per part once the entries are known.
 	deferFeedCheck := compression == "ZIP" && p.feed == "" && !h.cfg.FeedNameGenerationEnabled
+	drop := false
 	if !deferFeedCheck {
 		d, err := h.check(p.r.Context(), p.attrs)
 		p.feed, p.typ, p.feedKnown = d.feed, d.typ, d.known
 		if err != nil {
 			return "", err
 		}
-		if d.drop {
-			return outcomeDropped, nil
-		}
+		drop = d.drop
 	} else if t := p.attrs.Value("Type"); t != "" {
 		if _, err := h.streamType(t); err != nil {
 			return "", err
 		}
 	}
 
+	// The compression rules hold for a dropped post too (the reference
+	// answers 200 to a bad Compression on a DROP feed): a sender must learn
+	// that its posts are malformed whatever the feed's status.
 	switch compression {
 	case "", "NONE", "GZIP", "ZIP":
 	default:
@@ -210,6 +216,9 @@ func (p *post) run() (outcome, error) {
 	if contentEncoding != "" && contentEncoding != "identity" && (compression == "GZIP" || compression == "ZIP") {
 		return "", errorf(CompressedInvalid, "the body is declared compressed twice (Content-Encoding: %s and Compression: %s); "+
 			"send only one of them", contentEncoding, compression)
+	}
+	if drop {
+		return outcomeDropped, nil
 	}
 
 	select {
@@ -365,14 +374,16 @@ func (h *Handler) check(ctx context.Context, attrs *attr.Map) (decision, error) 
 			return d, errorf(FeedNotDefined, "feed %q cannot exist: a feed name is UTF-8 text without control characters", d.feed)
 		}
 	}
-	if d.typ == "" && h.opt.FeedStatuses == nil {
-		d.typ = "Raw Events"
-		if d.known && f.StreamType != "" {
+	if d.typ == "" {
+		switch {
+		case d.known && f.StreamType != "":
 			typ, err := h.streamType(f.StreamType)
 			if err != nil {
 				return d, errorf(UnexpectedType, "feed %q has default stream type %q, which is not one of receive.metaTypes", d.feed, f.StreamType)
 			}
 			d.typ = typ
+		case !h.opt.TypeFromDownstream:
+			d.typ = "Raw Events"
 		}
 	}
 	return d, nil
