@@ -13,8 +13,9 @@ import (
 // DataFeedKey is a sender credential created with the admin command. Only the
 // hash of the key is stored; Hint is a few leading characters of its random
 // part so an operator can tell keys apart in a listing (it cannot
-// authenticate). A key authenticates only senders that name Account in the
-// owner header, and its Attributes are applied to every stream it sends.
+// authenticate). A key authenticates senders that name Account in the owner
+// header, or that name no owner (it is then found by Lookup), and its
+// Attributes are applied to every stream it sends.
 type DataFeedKey struct {
 	ID        int64
 	Account   string
@@ -22,6 +23,9 @@ type DataFeedKey struct {
 	Hash      string
 	Salt      string // "" for algorithms that embed the salt in Hash (bcrypt)
 	Algorithm string // ARGON2 or BCRYPT_2A
+	// Lookup finds the key without its owner: the hex SHA-256 of the key
+	// ("" for keys created before weir stored it).
+	Lookup    string
 	ExpiresMs int64
 	CreateMs  int64
 	RevokedMs int64 // 0 while the key is usable
@@ -29,7 +33,7 @@ type DataFeedKey struct {
 	Attributes *attr.Map
 }
 
-const dataFeedKeyColumns = `id, account, hint, hash, salt, algorithm, expires_ms, attributes, create_ms, revoked_ms`
+const dataFeedKeyColumns = `id, account, hint, hash, salt, algorithm, lookup, expires_ms, attributes, create_ms, revoked_ms`
 
 // CreateDataFeedKey stores a new key and sets k.ID (and k.CreateMs when it
 // was 0) once the row is committed.
@@ -57,10 +61,10 @@ func (r *Repo) CreateDataFeedKey(ctx context.Context, k *DataFeedKey) error {
 	var id int64
 	err = r.withTx(ctx, func(tx *sql.Tx) error {
 		return tx.QueryRowContext(ctx, `INSERT INTO datafeed_keys
-			(account, hint, hash, salt, algorithm, expires_ms, attributes, create_ms, revoked_ms)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+			(account, hint, hash, salt, algorithm, lookup, expires_ms, attributes, create_ms, revoked_ms)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 			RETURNING id`,
-			k.Account, k.Hint, k.Hash, k.Salt, k.Algorithm, k.ExpiresMs, attrs, createMs, k.RevokedMs,
+			k.Account, k.Hint, k.Hash, k.Salt, k.Algorithm, k.Lookup, k.ExpiresMs, attrs, createMs, k.RevokedMs,
 		).Scan(&id)
 	})
 	if err != nil {
@@ -96,6 +100,21 @@ func (r *Repo) DataFeedKeysForAccount(ctx context.Context, account string) ([]Da
 		WHERE account = $1 AND revoked_ms = 0 ORDER BY id`, account)
 	if err != nil {
 		return nil, fmt.Errorf("data feed keys of account %q: %w", account, err)
+	}
+	return ks, nil
+}
+
+// DataFeedKeysByLookup returns the keys, not revoked, whose Lookup is
+// lookup (a non-empty one), ordered by id: the candidates for a key
+// presented without its owner.
+func (r *Repo) DataFeedKeysByLookup(ctx context.Context, lookup string) ([]DataFeedKey, error) {
+	if lookup == "" {
+		return nil, nil
+	}
+	ks, err := r.queryDataFeedKeys(ctx, `SELECT `+dataFeedKeyColumns+` FROM datafeed_keys
+		WHERE lookup = $1 AND revoked_ms = 0 ORDER BY id`, lookup)
+	if err != nil {
+		return nil, fmt.Errorf("data feed keys by lookup: %w", err)
 	}
 	return ks, nil
 }
@@ -155,7 +174,7 @@ func scanDataFeedKey(s rowScanner) (DataFeedKey, error) {
 		k     DataFeedKey
 		attrs string
 	)
-	if err := s.Scan(&k.ID, &k.Account, &k.Hint, &k.Hash, &k.Salt, &k.Algorithm, &k.ExpiresMs,
+	if err := s.Scan(&k.ID, &k.Account, &k.Hint, &k.Hash, &k.Salt, &k.Algorithm, &k.Lookup, &k.ExpiresMs,
 		&attrs, &k.CreateMs, &k.RevokedMs); err != nil {
 		return DataFeedKey{}, err
 	}

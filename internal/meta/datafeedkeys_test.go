@@ -42,7 +42,7 @@ func attrsOf(kv ...string) *attr.Map {
 
 func newDataFeedKey(account, hint string) *DataFeedKey {
 	return &DataFeedKey{Account: account, Hint: hint, Hash: "h-" + hint, Salt: "s-" + hint,
-		Algorithm: "ARGON2", ExpiresMs: 4102444800000}
+		Algorithm: "ARGON2", Lookup: "l-" + hint, ExpiresMs: 4102444800000}
 }
 
 // sameKey compares keys including their attributes, which are a pointer.
@@ -148,6 +148,27 @@ func testDataFeedKeyList(t *testing.T, loc location) {
 	none, err := r.DataFeedKeysForAccount(ctx, "nobody")
 	if err != nil || len(none) != 0 {
 		t.Errorf("keys for unknown account = %v, %v; want none", none, err)
+	}
+
+	// By lookup: exactly that key, not when revoked, nothing for "" (the
+	// keys created before lookups were stored).
+	byLookup, err := r.DataFeedKeysByLookup(ctx, "l-b")
+	if err != nil {
+		t.Fatalf("DataFeedKeysByLookup: %v", err)
+	}
+	if want := []int64{created[1].ID}; !slices.Equal(idsOf(byLookup), want) {
+		t.Errorf("keys by lookup l-b = %v, want %v", idsOf(byLookup), want)
+	}
+	sameKey(t, byLookup[0], *created[1])
+	old := newDataFeedKey("A", "old")
+	old.Lookup = ""
+	if err := r.CreateDataFeedKey(ctx, old); err != nil {
+		t.Fatalf("CreateDataFeedKey: %v", err)
+	}
+	for _, l := range []string{"l-c", "", "l-nothing"} {
+		if ks, err := r.DataFeedKeysByLookup(ctx, l); err != nil || len(ks) != 0 {
+			t.Errorf("keys by lookup %q = %v, %v; want none", l, idsOf(ks), err)
+		}
 	}
 }
 

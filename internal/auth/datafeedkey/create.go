@@ -72,6 +72,7 @@ func Create(ctx context.Context, repo Creator, n NewKey) (string, meta.DataFeedK
 		Hash:       hash,
 		Salt:       salt,
 		Algorithm:  string(Argon2),
+		Lookup:     Lookup(key),
 		ExpiresMs:  n.Expires.UnixMilli(),
 		CreateMs:   n.Now.UnixMilli(),
 		Attributes: attrs,

@@ -27,6 +27,7 @@ import (
 // Repo is where keys created with the admin command live (*meta.Repo).
 type Repo interface {
 	DataFeedKeysForAccount(ctx context.Context, account string) ([]meta.DataFeedKey, error)
+	DataFeedKeysByLookup(ctx context.Context, lookup string) ([]meta.DataFeedKey, error)
 	GetDataFeedKey(ctx context.Context, id int64) (meta.DataFeedKey, error)
 }
 
@@ -393,12 +394,17 @@ func (a keyAuthenticator) Authenticate(ctx context.Context, r *auth.Request) (*a
 		return nil, nil // not a data feed key: the next authenticator's
 	}
 	s := a.s
+	// Without the owner header (optional in weir's contract; mandatory in
+	// the reference) a key created by weir is found by its lookup hash.
+	// Keys from identity files have none and still need their owner.
 	owner := s.owner(r)
-	if owner == "" {
+	id, err := s.authenticate(ctx, key, owner)
+	var f *auth.Failure
+	if owner == "" && errors.As(err, &f) && f.Code == auth.DataFeedKeyFailed && f.Detail == "" && f.Err == nil {
 		return nil, auth.Failf(auth.DataFeedKeyFailed,
-			"Mandatory header '%s' must be provided to authenticate with a data feed key.", s.ownerHeader)
+			"the data feed key was not found without the '%s' header: send the key's owner in it (keys from identity files and keys created before weir stored a lookup for them need it)", s.ownerHeader)
 	}
-	return s.authenticate(ctx, key, owner)
+	return id, err
 }
 
 // owner is the owner the sender names: the owner header among the post's
@@ -438,7 +444,7 @@ func (s *Store) authenticate(ctx context.Context, key, owner string) (*auth.Iden
 		return id, err
 	}
 	idx := s.idx.Load()
-	cands, dbErr := s.candidates(ctx, idx, owner)
+	cands, dbErr := s.candidates(ctx, idx, key, owner)
 	if len(cands) == 0 {
 		// Nothing to hash against: answering at once costs nothing, so
 		// there is nothing to cache either.
@@ -509,7 +515,7 @@ func (s *Store) cached(ctx context.Context, ck [32]byte, owner string) (id *auth
 		}
 		k, err := s.repo.GetDataFeedKey(ctx, h.dbID)
 		switch {
-		case errors.Is(err, meta.ErrNotFound), err == nil && (k.RevokedMs != 0 || k.Account != owner):
+		case errors.Is(err, meta.ErrNotFound), err == nil && (k.RevokedMs != 0 || (owner != "" && k.Account != owner)):
 			s.forget(ck, h)
 			return nil, false, nil // verify afresh: another key may still match
 		case err != nil:
@@ -523,22 +529,31 @@ func (s *Store) cached(ctx context.Context, ck [32]byte, owner string) (id *auth
 	return nil, false, nil
 }
 
-// candidates are the owner's keys from the files and the database. A
-// database error is returned beside the file keys, which can still match.
-func (s *Store) candidates(ctx context.Context, idx *index, owner string) ([]candidate, error) {
+// candidates are the owner's keys from the files and the database, or with
+// no owner the database keys whose lookup is the key's. A database error is
+// returned beside the file keys, which can still match.
+func (s *Store) candidates(ctx context.Context, idx *index, key, owner string) ([]candidate, error) {
 	var out []candidate
-	for _, k := range idx.keys[owner] {
-		out = append(out, candidate{hash: k.hash, salt: k.salt, alg: k.alg, expiresMs: k.expiresMs, file: k})
+	if owner != "" {
+		for _, k := range idx.keys[owner] {
+			out = append(out, candidate{hash: k.hash, salt: k.salt, alg: k.alg, expiresMs: k.expiresMs, file: k})
+		}
 	}
 	var dbErr error
 	if s.repo != nil {
-		ks, err := s.repo.DataFeedKeysForAccount(ctx, owner)
+		var ks []meta.DataFeedKey
+		var err error
+		if owner != "" {
+			ks, err = s.repo.DataFeedKeysForAccount(ctx, owner)
+		} else {
+			ks, err = s.repo.DataFeedKeysByLookup(ctx, Lookup(key))
+		}
 		if err != nil {
 			dbErr = err
 		}
 		for i := range ks {
 			k := &ks[i]
-			if k.RevokedMs != 0 || k.Account != owner {
+			if k.RevokedMs != 0 || (owner != "" && k.Account != owner) {
 				continue
 			}
 			out = append(out, candidate{hash: k.Hash, salt: k.Salt, alg: Algorithm(k.Algorithm), expiresMs: k.ExpiresMs, db: k})

@@ -280,10 +280,11 @@ func TestUnknownKeyWrongOwnerMissingOwner(t *testing.T) {
 		}
 	}
 
+	// A file key is found by its owner only.
 	id, err := h.auth(k)
 	f := wantFailure(t, id, err, auth.DataFeedKeyFailed)
-	if want := "Mandatory header 'AccountId' must be provided to authenticate with a data feed key."; f.Detail != want {
-		t.Errorf("detail = %q, want %q", f.Detail, want)
+	if want := "the data feed key was not found without the 'AccountId' header"; !strings.HasPrefix(f.Detail, want) {
+		t.Errorf("detail = %q, want it to start %q", f.Detail, want)
 	}
 	id, err = h.auth(k, "AccountId", "  ")
 	wantFailure(t, id, err, auth.DataFeedKeyFailed)
@@ -468,10 +469,68 @@ func storeKey(t *testing.T, repo *meta.Repo, key, account string, alg Algorithm,
 	if err != nil {
 		t.Fatal(err)
 	}
+	k.Lookup = Lookup(key)
 	if err := repo.CreateDataFeedKey(context.Background(), k); err != nil {
 		t.Fatal(err)
 	}
 	return k
+}
+
+// A key from the database authenticates without the owner header (weir's
+// contract: AccountId is optional), found by its lookup hash: the owner
+// comes from the key, hits are cached and still reread the row (so
+// revoking works at once), and nothing is hashed for a key no row has.
+// Keys with no lookup (created before weir stored one) need the owner.
+func TestKeyWithoutOwner(t *testing.T) {
+	forEngine(t, func(t *testing.T, repo *meta.Repo) {
+		spy := &spyRepo{Repo: repo}
+		h := newHarness(t, func(o *Options) { o.Repo = spy; o.Dir = "" })
+		k, k2, old := h.newKey(), h.newKey(), h.newKey()
+		dk := storeKey(t, repo, k, "1234", Argon2, h.clock.in(time.Hour), "System", "S1")
+		storeKey(t, repo, k2, "5678", BCrypt, h.clock.in(time.Hour))
+		ok := &meta.DataFeedKey{Account: "1234", Hint: "oldkey", Algorithm: string(Argon2), ExpiresMs: h.clock.in(time.Hour), Attributes: new(attr.Map)}
+		var err error
+		if ok.Hash, ok.Salt, err = Hash(old); err != nil {
+			t.Fatal(err)
+		}
+		if err := repo.CreateDataFeedKey(context.Background(), ok); err != nil {
+			t.Fatal(err)
+		}
+
+		for round := 1; round <= 2; round++ {
+			verifies := h.verifies.Load()
+			id, err := h.auth("Bearer " + k)
+			wantIdentity(t, id, err, "1234", map[string]string{"System": "S1", "AccountId": "1234"})
+			id, err = h.auth(k2)
+			wantIdentity(t, id, err, "5678", map[string]string{"AccountId": "5678"})
+			if n := h.verifies.Load() - verifies; round == 2 && n != 0 {
+				t.Errorf("round 2 made %d hash verifications, want 0 (cached)", n)
+			}
+		}
+		// The owner header, when sent, must still be the key's.
+		id, err := h.auth(k, "AccountId", "5678")
+		wantFailure(t, id, err, auth.DataFeedKeyFailed)
+
+		verifies := h.verifies.Load()
+		for _, key := range []string{h.newKey(), old} {
+			id, err := h.auth(key)
+			f := wantFailure(t, id, err, auth.DataFeedKeyFailed)
+			if !strings.Contains(f.Detail, "not found without the 'AccountId' header") {
+				t.Errorf("detail = %q, want it to ask for the owner header", f.Detail)
+			}
+		}
+		if n := h.verifies.Load() - verifies; n != 0 {
+			t.Errorf("%d hash verifications for keys no lookup finds, want 0", n)
+		}
+		id, err = h.auth(old, "AccountId", "1234")
+		wantIdentity(t, id, err, "1234", map[string]string{"AccountId": "1234"})
+
+		if err := repo.RevokeDataFeedKey(context.Background(), dk.ID); err != nil {
+			t.Fatal(err)
+		}
+		id, err = h.auth(k)
+		wantFailure(t, id, err, auth.DataFeedKeyFailed)
+	})
 }
 
 // Case 43 with keys in the database; a cache hit rereads the key's row.
