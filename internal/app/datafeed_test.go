@@ -80,7 +80,7 @@ import (
 )
 
 // TestDatafeedPaths: POST and PUT on every datafeed path and below it; other
-// methods get 405; other paths are not the datafeed.
+// methods get 405 with Service-Status 405; other paths are not the datafeed.
 func TestDatafeedPaths(t *testing.T) {
 	t.Parallel()
 	s := start(t, nil)
@@ -93,11 +93,10 @@ func TestDatafeedPaths(t *testing.T) {
 			r := send(t, s, m, p, strings.NewReader(data), "Feed", testFeed)
 			want[r.ok(t)] = data
 		}
-		for _, m := range []string{http.MethodGet, http.MethodDelete, http.MethodPatch} {
+		for _, m := range []string{http.MethodGet, http.MethodDelete, http.MethodPatch, http.MethodOptions} {
 			r := send(t, s, m, p, strings.NewReader("x"), "Feed", testFeed)
-			if r.code != http.StatusMethodNotAllowed {
-				t.Errorf("%s %s: %d, want 405", m, p, r.code)
-			}
+			// A failure like any other: with the status headers.
+			r.fails(t, http.StatusMethodNotAllowed, 405, "Method not allowed", m+" is not a datafeed method")
 			if allow := r.header.Get("Allow"); !strings.Contains(allow, "POST") || !strings.Contains(allow, "PUT") {
 				t.Errorf("%s %s: Allow %q, want POST and PUT", m, p, allow)
 			}

@@ -108,14 +108,23 @@ func New(opt Options) *Handler {
 var Paths = []string{"/datafeed", "/stroom/datafeed", "/stroom/noauth/datafeed"}
 
 // Register adds the datafeed routes to mux: POST and PUT on each path and
-// everything below it; other methods get 405 from the mux.
+// everything below it. Other methods get 405 with the status headers, as
+// every datafeed failure does (the mux's own 405 has none).
 func (h *Handler) Register(mux *http.ServeMux) {
 	for _, p := range Paths {
 		for _, m := range []string{http.MethodPost, http.MethodPut} {
 			mux.Handle(m+" "+p, h)
 			mux.Handle(m+" "+p+"/", h)
 		}
+		mux.HandleFunc(p, methodNotAllowed)
+		mux.HandleFunc(p+"/", methodNotAllowed)
 	}
+}
+
+func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", "POST, PUT")
+	e := errorf(MethodNotAllowed, "%s is not a datafeed method: POST or PUT the data", r.Method)
+	writeError(w, e, message(e, "", "", ""), 0)
 }
 
 // outcome is how a post ended, for the receive log and metrics.

@@ -28,6 +28,7 @@ const (
 	UnknownCompression     Code = 200
 	UndeclaredCompression  Code = 201 // weir: body looks compressed but was declared uncompressed
 	CompressedInvalid      Code = 400
+	MethodNotAllowed       Code = 405 // weir: a method other than POST or PUT
 	TooLarge               Code = 410
 	Unavailable            Code = 503 // weir: too busy or out of disk; retry after Retry-After
 	UnknownError           Code = 999
@@ -51,6 +52,7 @@ var codes = map[Code]codeInfo{
 	UnknownCompression:     {http.StatusNotAcceptable, "Unknown compression"},
 	UndeclaredCompression:  {http.StatusNotAcceptable, "Compressed data sent without a Compression header"},
 	CompressedInvalid:      {http.StatusInternalServerError, "Compressed stream invalid"},
+	MethodNotAllowed:       {http.StatusMethodNotAllowed, "Method not allowed"},
 	TooLarge:               {http.StatusRequestEntityTooLarge, "Content too large"},
 	Unavailable:            {http.StatusServiceUnavailable, "Service unavailable, retry later"},
 	UnknownError:           {http.StatusInternalServerError, "Unknown error"},
