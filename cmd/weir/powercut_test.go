@@ -14,22 +14,73 @@ import (
 // powerCutCycles is how many times TestPowerCutDuringPosts cuts the power.
 const powerCutCycles = 3
 
-// mountPowerCut mounts a power-cut filesystem (internal/powercut) showing
-// backing on mountpoint; it is unmounted at cleanup, after the processes
-// using it were stopped (their cleanups were registered later), unless the
-// test unmounts it first.
-func mountPowerCut(t *testing.T, backing, mountpoint string) *powercut.FS {
+// powerDisk is a data directory on a power-cut filesystem
+// (internal/powercut) that the test can cut and bring back: dir is the
+// mountpoint, the same path across cuts; each cut's durable state becomes
+// the next disk under base.
+type powerDisk struct {
+	t    *testing.T
+	base string
+	dir  string
+	fs   *powercut.FS
+	n    int
+}
+
+// newPowerDisk mounts an empty power-cut filesystem. It needs root and
+// /dev/fuse (CI checks both); elsewhere the test skips.
+func newPowerDisk(t *testing.T) *powerDisk {
 	t.Helper()
-	shadow, err := os.MkdirTemp(filepath.Dir(backing), "shadow-")
-	if err != nil {
-		t.Fatal(err)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a FUSE filesystem (CI runs as root)")
 	}
-	pc, err := powercut.Mount(backing, mountpoint, shadow)
-	if err != nil {
-		t.Fatalf("%v (the test needs root and /dev/fuse; CI checks both)", err)
+	d := &powerDisk{t: t, base: t.TempDir()}
+	d.dir = filepath.Join(d.base, "data")
+	disk := filepath.Join(d.base, "disk0")
+	for _, p := range []string{d.dir, disk} {
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	t.Cleanup(func() { _ = pc.Unmount() })
-	return pc
+	d.mount(disk)
+	return d
+}
+
+// mount shows disk on dir; it is unmounted at cleanup, after the
+// processes using it were stopped (their cleanups are registered later),
+// unless restore unmounts it first.
+func (d *powerDisk) mount(disk string) {
+	d.t.Helper()
+	shadow, err := os.MkdirTemp(d.base, "shadow-")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	fs, err := powercut.Mount(disk, d.dir, shadow)
+	if err != nil {
+		d.t.Fatalf("%v (the test needs root and /dev/fuse; CI checks both)", err)
+	}
+	d.t.Cleanup(func() { _ = fs.Unmount() })
+	d.fs = fs
+}
+
+// cut is the power failure: nothing more becomes durable.
+func (d *powerDisk) cut() { d.fs.Cut() }
+
+// restore brings the machine back with what its disk held (after the
+// processes using it were killed) and returns the syncs made before the
+// cut.
+func (d *powerDisk) restore() (files, dirs int64) {
+	d.t.Helper()
+	files, dirs = d.fs.Syncs()
+	if err := d.fs.Unmount(); err != nil {
+		d.t.Fatal(err)
+	}
+	d.n++
+	disk := filepath.Join(d.base, fmt.Sprintf("disk%d", d.n))
+	if err := d.fs.Materialize(disk); err != nil {
+		d.t.Fatalf("power cut %d: %v", d.n, err)
+	}
+	d.mount(disk)
+	return files, dirs
 }
 
 // TestPowerCutDuringPosts is the proof for power loss, as TestKillDuringPosts
@@ -43,22 +94,12 @@ func mountPowerCut(t *testing.T, backing, mountpoint string) *powercut.FS {
 // byte-exact stream, with nothing partial visible. Three cuts, each on the
 // state the previous one left.
 func TestPowerCutDuringPosts(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a FUSE filesystem (CI runs as root)")
-	}
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(7*time.Minute))
 	defer cancel()
 
-	base := t.TempDir()
+	disk := newPowerDisk(t)
 	e := newEnv(t)
-	e.data = filepath.Join(base, "data") // the mountpoint
-	disk := filepath.Join(base, "disk0")
-	for _, d := range []string{e.data, disk} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pc := mountPowerCut(t, disk, e.data)
+	e.data = disk.dir
 	e.mustAdmin("feed", "create", killFeed)
 	ledger := &killLedger{pool: newKillPool(), sent: map[string]bool{}, receipts: map[string]string{}}
 	srv := e.startServer()
@@ -66,24 +107,14 @@ func TestPowerCutDuringPosts(t *testing.T) {
 	for cycle := 1; cycle <= powerCutCycles; cycle++ {
 		before := len(ledger.receipts)
 		st := runKillCycle(ctx, t, e, srv, ledger, cycle, func() {
-			pc.Cut()
+			disk.cut()
 			srv.kill()
 		})
 		totalCutOff += st.cutOff
 		if st.receipts == 0 {
 			t.Errorf("cycle %d: no post was acknowledged before the power cut", cycle)
 		}
-		files, dirs := pc.Syncs()
-		if err := pc.Unmount(); err != nil {
-			t.Fatal(err)
-		}
-
-		// The machine comes back with what its disk held.
-		disk = filepath.Join(base, fmt.Sprintf("disk%d", cycle))
-		if err := pc.Materialize(disk); err != nil {
-			t.Fatalf("cycle %d: %v", cycle, err)
-		}
-		pc = mountPowerCut(t, disk, e.data)
+		files, dirs := disk.restore()
 		start := time.Now()
 		srv = e.startServer()
 		restart := time.Since(start)
@@ -108,4 +139,13 @@ func TestPowerCutDuringPosts(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatalf("the test ran into its hard deadline")
 	}
+}
+
+// TestProxyPowerCutDuringReceipt is TestProxyKillDuringReceipt with the
+// proxy's data directory (its repository and queue) on a power-cut
+// filesystem: the power is cut and the proxy killed three times while
+// clients post, and every receipt it gave must still reach the main
+// service, byte-exact.
+func TestProxyPowerCutDuringReceipt(t *testing.T) {
+	proxyCrashDuringReceipt(t, true)
 }

@@ -190,6 +190,7 @@ type pxProxy struct {
 	config string
 	addr   string
 	srv    *server
+	disk   *powerDisk // nil, or the power-cut disk e.data is on
 }
 
 func newPxProxy(t *testing.T, configYAML string) *pxProxy {
@@ -727,13 +728,20 @@ forwardHttpDestinations:
 `, maxItems, maxBytes, forwardURL, threads)
 }
 
-// killAndRestart kills the proxy, leaves it down for a moment (clients get
+// killAndRestart kills the proxy (after cutting its disk's power, if it
+// is on a power-cut disk), leaves it down for a moment (clients get
 // connection refused) and restarts it on the same data directory and id.
 // It returns how many incomplete streams the restart removed.
 func (p *pxProxy) killAndRestart(l *pxLoad, r *rand.Rand) int {
 	p.t.Helper()
 	l.down() // before the kill: every failure from here on is the kill's
+	if p.disk != nil {
+		p.disk.cut()
+	}
 	p.srv.kill()
+	if p.disk != nil {
+		p.disk.restore()
+	}
 	time.Sleep(time.Duration(r.IntN(200)) * time.Millisecond)
 	p.start()
 	l.up(p.srv.url)
@@ -746,6 +754,12 @@ func (p *pxProxy) killAndRestart(l *pxLoad, r *rand.Rand) int {
 // that every receipt the clients got arrived, byte-exact. Afterwards the
 // proxy's repository must empty.
 func TestProxyKillDuringReceipt(t *testing.T) {
+	proxyCrashDuringReceipt(t, false)
+}
+
+// proxyCrashDuringReceipt is TestProxyKillDuringReceipt, and with powerCut
+// TestProxyPowerCutDuringReceipt.
+func proxyCrashDuringReceipt(t *testing.T, powerCut bool) {
 	const (
 		clients = 8
 		cycles  = 3
@@ -759,6 +773,12 @@ func TestProxyKillDuringReceipt(t *testing.T) {
 	mainEnv.mustAdmin("feed", "create", pxFeed)
 	srv := mainEnv.startServer()
 	px := newPxProxy(t, pxProxyConfig(srv.url+"/datafeed", 200, "16MiB", 5))
+	crash := "killed"
+	if powerCut {
+		px.disk = newPowerDisk(t)
+		px.e.data = px.disk.dir
+		crash = "power cut and killed"
+	}
 	px.start()
 
 	pool := newPxPool(func(r *rand.Rand) int {
@@ -797,9 +817,9 @@ func TestProxyKillDuringReceipt(t *testing.T) {
 		removed := px.killAndRestart(load, r)
 		// The restart is ready; let the clients' failures come in.
 		time.Sleep(50 * time.Millisecond)
-		t.Logf("cycle %d: killed after %s: %d posts acknowledged in the cycle, %d in flight at the kill by the proxy's gauge, %d cut off; "+
+		t.Logf("cycle %d: %s after %s: %d posts acknowledged in the cycle, %d in flight at the kill by the proxy's gauge, %d cut off; "+
 			"restarted, %d incomplete stream(s) removed at start",
-			cycle, wait, load.got.Load()-before, int(inflight), load.cutOff.Load()-cutBefore, removed)
+			cycle, crash, wait, load.got.Load()-before, int(inflight), load.cutOff.Load()-cutBefore, removed)
 	}
 	time.Sleep(500 * time.Millisecond)
 	load.finish()
