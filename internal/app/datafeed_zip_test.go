@@ -9,10 +9,12 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/feed"
 	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/streamfile"
 )
 
 // unzip returns a zip's entries by name.
@@ -251,16 +253,18 @@ func TestDatafeedZipFeeds(t *testing.T) {
 		}
 	})
 	t.Run("reference_feed", func(t *testing.T) { // case 17
-		// Weir differs on purpose: reference feeds are not special, so both
-		// groups are parts of one stream.
+		// Reference data is never aggregated: each group is a stream
+		// (TestDatafeedZipReferenceGroups has the details).
 		t.Parallel()
 		s := start(t, nil)
 		s.CreateFeed("REF-FEED", "", "Raw Reference")
 		body := zipOf(t, "1.meta", "A:1", "1.ctx", "c1", "1.dat", "r1", "2.meta", "A:2", "2.ctx", "c2", "2.dat", "r2")
 		id := post(t, s, body, "Feed", "REF-FEED", "Compression", "ZIP").ok(t)
-		st := oneStream(t, s, "REF-FEED", "Raw Reference", id)
-		if st.Parts != 2 {
-			t.Errorf("parts %d", st.Parts)
+		for i, st := range zipStreams(t, s, id, 2) {
+			checkStream(t, st, "REF-FEED", "Raw Reference", id)
+			if st.Parts != 1 || string(s.Read(st.ID, streamfile.Context, 0)) != fmt.Sprintf("c%d", i+1) {
+				t.Errorf("stream %d: parts %d", i, st.Parts)
+			}
 		}
 	})
 	t.Run("meta_type", func(t *testing.T) {
@@ -353,6 +357,147 @@ func TestDatafeedZipFeeds(t *testing.T) {
 			t.Errorf("log %v", l)
 		}
 		nothingStored(t, s2)
+	})
+}
+
+// TestDatafeedZipReferenceGroups: reference data is looked up by effective
+// time, so a zip's groups of a reference type (the feed's default type or
+// the Type header) become one stream each, each with its own effective
+// time: its group's EffectiveTime, else the post's, else the receipt time
+// (section 4.5, case 17). Every stream of the post has its receipt id. The
+// same zip of another type is one stream of two parts (case 19).
+func TestDatafeedZipReferenceGroups(t *testing.T) {
+	t.Parallel()
+	ms := func(v string) int64 {
+		tm, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.UnixMilli()
+	}
+	const t1, t2 = "2024-03-01T12:00:00.000Z", "2024-04-01T06:30:00.000Z"
+	body := zipOf(t, "1.meta", "EffectiveTime:"+t1+"\nA:1", "1.ctx", "c1", "1.dat", "ref one",
+		"2.meta", "EffectiveTime:"+t2+"\nA:2", "2.dat", "ref two!")
+	s := start(t, nil)
+	s.CreateFeed("REF-DEFAULT", "", "Raw Reference")
+	s.CreateFeed("EVENTS-FEED", "", "Raw Events")
+
+	for _, c := range []struct {
+		name string
+		hdr  []string
+	}{
+		{"feed_default_type", []string{"Feed", "REF-DEFAULT"}},
+		{"type_header", []string{"Feed", "EVENTS-FEED", "Type", "raw reference"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := post(t, s, body, append([]string{"Compression", "ZIP", "System", "REF"}, c.hdr...)...)
+			id := r.ok(t)
+			var st []meta.Stream
+			for _, x := range s.Streams() {
+				if x.ReceiptID == id {
+					st = append(st, x)
+				}
+			}
+			if len(st) != 2 {
+				t.Fatalf("want 2 streams, got %d: %+v", len(st), st)
+			}
+			want := []struct {
+				data, ctx, a string // ctx "": the group has none
+				eff          int64
+			}{{"ref one", "c1", "1", ms(t1)}, {"ref two!", "", "2", ms(t2)}}
+			for i, w := range want {
+				x := st[i]
+				checkStream(t, x, c.hdr[1], "Raw Reference", id)
+				if x.Parts != 1 || x.EffectiveMs != w.eff {
+					t.Errorf("stream %d: parts %d effective %d, want 1 %d", i, x.Parts, x.EffectiveMs, w.eff)
+				}
+				if x.Attributes.Value("ReceiptId") != id || x.Attributes.Value("StreamSize") != itoa(len(w.data)) {
+					t.Errorf("stream %d: attributes %v", i, toAttrs(x.Attributes))
+				}
+				if d := string(s.Read(x.ID, streamfile.Data, 0)); d != w.data {
+					t.Errorf("stream %d: data %q", i, d)
+				}
+				if w.ctx != "" {
+					if ctx := string(s.Read(x.ID, streamfile.Context, 0)); ctx != w.ctx {
+						t.Errorf("stream %d: context %q", i, ctx)
+					}
+				}
+				m := string(s.Read(x.ID, streamfile.Meta, 0))
+				for _, line := range []string{"A:" + w.a + "\n", "Type:Raw Reference\n", "System:REF\n", "ReceiptId:" + id + "\n"} {
+					if !strings.Contains(m, line) {
+						t.Errorf("stream %d: meta %q lacks %q", i, m, line)
+					}
+				}
+			}
+		})
+	}
+
+	t.Run("effective_time_fallback", func(t *testing.T) {
+		// A group without EffectiveTime takes the post's; with neither,
+		// the receipt time.
+		const post1 = "2023-01-02T03:04:05.006Z"
+		groups := zipOf(t, "1.meta", "EffectiveTime:"+t1, "1.dat", "a", "2.dat", "b")
+		id := post(t, s, groups, "Feed", "REF-DEFAULT", "Compression", "ZIP", "EffectiveTime", post1).ok(t)
+		id2 := post(t, s, groups, "Feed", "REF-DEFAULT", "Compression", "ZIP").ok(t)
+		var got, got2 []meta.Stream
+		for _, x := range s.Streams() {
+			switch x.ReceiptID {
+			case id:
+				got = append(got, x)
+			case id2:
+				got2 = append(got2, x)
+			}
+		}
+		if len(got) != 2 || len(got2) != 2 {
+			t.Fatalf("streams %d and %d, want 2 and 2", len(got), len(got2))
+		}
+		if got[0].EffectiveMs != ms(t1) || got[1].EffectiveMs != ms(post1) {
+			t.Errorf("with the post's EffectiveTime: effective %d %d", got[0].EffectiveMs, got[1].EffectiveMs)
+		}
+		if got2[0].EffectiveMs != ms(t1) || got2[1].EffectiveMs != got2[1].CreateMs {
+			t.Errorf("without: effective %d %d, create %d", got2[0].EffectiveMs, got2[1].EffectiveMs, got2[1].CreateMs)
+		}
+	})
+
+	t.Run("events_feed", func(t *testing.T) {
+		// Not reference data: one stream of two parts, whose effective
+		// time is the first group's.
+		id := post(t, s, body, "Feed", "EVENTS-FEED", "Compression", "ZIP").ok(t)
+		var st []meta.Stream
+		for _, x := range s.Streams() {
+			if x.ReceiptID == id {
+				st = append(st, x)
+			}
+		}
+		if len(st) != 1 {
+			t.Fatalf("want 1 stream, got %d: %+v", len(st), st)
+		}
+		checkStream(t, st[0], "EVENTS-FEED", "Raw Events", id)
+		if st[0].Parts != 2 || st[0].EffectiveMs != ms(t1) || string(s.Read(st[0].ID, streamfile.Data, 1)) != "ref two!" {
+			t.Errorf("parts %d effective %d", st[0].Parts, st[0].EffectiveMs)
+		}
+	})
+
+	t.Run("mixed_types", func(t *testing.T) {
+		// A meta entry's Type decides per group: the reference groups are
+		// a stream each, the event groups parts of one stream.
+		mixed := zipOf(t, "1.dat", "e1", "2.meta", "Type:Raw Reference", "2.dat", "r2",
+			"3.dat", "e3", "4.meta", "Type:Raw Reference", "4.dat", "r4")
+		id := post(t, s, mixed, "Feed", "EVENTS-FEED", "Compression", "ZIP").ok(t)
+		var got []string
+		for _, x := range s.Streams() {
+			if x.ReceiptID != id {
+				continue
+			}
+			d := x.Type + ":"
+			for p := range x.Parts {
+				d += string(s.Read(x.ID, streamfile.Data, p))
+			}
+			got = append(got, d)
+		}
+		if strings.Join(got, " ") != "Raw Events:e1e3 Raw Reference:r2 Raw Reference:r4" {
+			t.Errorf("streams %q", got)
+		}
 	})
 }
 

@@ -120,6 +120,10 @@ func (a *App) startProxy(ctx context.Context, cfg config.Proxy, id string, ro *r
 	// Whatever the receipt check mode, a proxy does not decide the type of
 	// a post that names none: the main service knows the feed's default.
 	ro.TypeFromDownstream = true
+	// Nor does it split a zip's reference groups into streams of their
+	// own: it forwards them as they came, as the reference proxy does, and
+	// the main service stores each as a stream.
+	ro.KeepReferenceGroups = true
 	switch cfg.Receive.ReceiptCheckMode {
 	case config.FeedStatus, config.FeedExistence:
 		hdr, err := feedStatusHeader(cfg, first)

@@ -38,6 +38,7 @@ import (
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/feed"
 	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/streamfile"
 )
 
 // ---------------------------------------------------------------------------
@@ -1657,4 +1658,42 @@ func TestProxyForwarderWaitsWhileSending(t *testing.T) {
 	apptest.WaitFor(t, "the held aggregate to be recorded as sent", func() bool {
 		return metric(t, px, `weir_proxy_forwards_total{destination="fake",outcome="sent"}`) == 1
 	})
+}
+
+// TestProxyKeepsReferenceGroupsTogether: a proxy stores a zip's groups of a
+// reference type as the parts of one stream and forwards them so, as the
+// reference proxy does; the main service stores each group as a stream of
+// its own, with its own effective time.
+func TestProxyKeepsReferenceGroupsTogether(t *testing.T) {
+	t.Parallel()
+	const ref = "PXB-REF-GROUPS"
+	body := zipOf(t, "1.meta", "EffectiveTime:2024-03-01T12:00:00.000Z", "1.dat", "ref one",
+		"2.meta", "EffectiveTime:2024-04-01T12:00:00.000Z", "2.dat", "ref two")
+
+	fake := pxFakeDownstream(t, func(int, string) pxAnswer {
+		return pxAnswer{status: http.StatusServiceUnavailable, code: 503}
+	})
+	held := pxProxy(t, "proxy-ref-held", nil, fake.URL+"/datafeed")
+	post(t, held, body, "Feed", ref, "Type", "Raw Reference", "Compression", "ZIP").accepted(t)
+	if kept := pxKept(t, held); len(kept) != 1 || kept[0].Parts != 2 || kept[0].Type != "Raw Reference" {
+		t.Errorf("the proxy keeps %+v, want one Raw Reference stream of 2 parts", kept)
+	}
+
+	main := start(t, nil)
+	main.CreateFeed(ref, feed.Receive, "Raw Reference")
+	px := pxProxy(t, "proxy-ref", nil, main.URL+"/datafeed")
+	id := post(t, px, body, "Feed", ref, "Compression", "ZIP").accepted(t)
+	pxWaitFeedParts(t, main, ref, 2)
+	st := main.Streams()
+	if len(st) != 2 {
+		t.Fatalf("main service: %d streams, want 2", len(st))
+	}
+	for i, want := range []int64{1709294400000, 1711972800000} {
+		// The part's meta carries the path from the sender's receipt id.
+		m := string(main.Read(st[i].ID, streamfile.Meta, 0))
+		if st[i].Type != "Raw Reference" || st[i].Parts != 1 || st[i].EffectiveMs != want ||
+			!strings.Contains(m, "ReceiptIdPath:"+id+",") {
+			t.Errorf("main stream %d: type %q parts %d effective %d meta %q", i, st[i].Type, st[i].Parts, st[i].EffectiveMs, m)
+		}
+	}
 }

@@ -1007,3 +1007,15 @@ func TestSQLiteTwoProcessesReadThenWrite(t *testing.T) {
 		t.Errorf("%d feeds (%v), want 100", len(feeds), err)
 	}
 }
+
+func TestIsReferenceType(t *testing.T) {
+	for typ, want := range map[string]bool{
+		"Raw Reference": true, "Reference": true, "Test Reference": true, "raw reference": true,
+		"Raw Events": false, "Events": false, "Records": false, "Meta Data": false, "": false,
+		"NotReference": false, "Reference Data": false,
+	} {
+		if got := IsReferenceType(typ); got != want {
+			t.Errorf("IsReferenceType(%q) = %v, want %v", typ, got, want)
+		}
+	}
+}

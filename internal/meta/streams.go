@@ -39,6 +39,17 @@ type Stream struct {
 	PackOffset  int64  // where the stream starts in its pack
 }
 
+// IsReferenceType reports whether streams of a type hold reference data,
+// which is looked up by effective time: "Reference" and every type whose
+// name ends in " Reference" (of the default receive.metaTypes: Raw
+// Reference, Reference and Test Reference), in any case. A zip post stores
+// each group of a reference type as a stream of its own, with its own
+// effective time, where groups of other types are parts of one stream.
+func IsReferenceType(typ string) bool {
+	t := strings.ToLower(strings.TrimSpace(typ))
+	return t == "reference" || strings.HasSuffix(t, " reference")
+}
+
 // Batch is one transaction: the group committer collects many posts' work
 // into one Batch so that all of them share one commit (and one fsync).
 //

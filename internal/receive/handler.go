@@ -51,6 +51,10 @@ type Options struct {
 	// is forwarded to picks the feed's default type (a proxy), instead of
 	// Raw Events.
 	TypeFromDownstream bool
+	// KeepReferenceGroups: a zip's groups of a reference type are parts of
+	// one stream per feed and type, as other types' are, instead of a
+	// stream each (a proxy: the service it forwards to splits them).
+	KeepReferenceGroups bool
 	// Relay, if set, passes each post on during its request instead of
 	// storing it (a proxy's instant forwarding).
 	Relay Relay

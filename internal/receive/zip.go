@@ -12,12 +12,14 @@ import (
 
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/streamfile"
 	"github.com/weirhq/weir/internal/stroomzip"
 )
 
-// zipTarget is the stream that parts with one feed and type go to.
+// zipTarget is the stream that parts with one feed and type go to (one
+// group only, for a reference type).
 type zipTarget struct {
 	w     *store.Writer
 	parts int
@@ -139,8 +141,16 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 		if d.drop {
 			continue
 		}
+		// Groups of one feed and type are the parts of one stream, except
+		// reference data: it is looked up by effective time, so each group
+		// of a reference type is a stream of its own with its own
+		// effective time, as the reference system stores it.
+		single := !h.opt.KeepReferenceGroups && meta.IsReferenceType(d.typ)
 		key := [2]string{d.feed, d.typ}
 		t := targets[key]
+		if single {
+			t = nil
+		}
 		if t == nil {
 			w, err := post.NewStream(ctx, store.Spec{
 				Feed: d.feed, Type: d.typ, CreateMs: p.received.UnixMilli(),
@@ -153,7 +163,9 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 			sa.Put("Feed", d.feed)
 			putType(sa, d.typ)
 			t = &zipTarget{w: w, attrs: sa}
-			targets[key] = t
+			if !single {
+				targets[key] = t
+			}
 			order = append(order, t)
 			if p.feed == "" {
 				p.feed, p.typ, p.feedKnown = d.feed, d.typ, d.known
@@ -178,6 +190,11 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 		}
 		t.size += n
 		stored += n
+		if single {
+			if err := t.w.Done(); err != nil {
+				return "", storeError(err)
+			}
+		}
 	}
 	if len(order) == 0 {
 		if len(groups) == 0 {

@@ -1308,3 +1308,118 @@ func TestPackZeroAhead(t *testing.T) {
 		}
 	})
 }
+
+// TestPostDoneStreams: a post of many streams finished one by one with
+// Done (a zip's reference groups) holds at most 16 times PackMax of them in
+// memory: past it they move to files of their own, in the order they were
+// started, while a stream still being written stays usable. Commit makes
+// all of them visible with ids in start order; Abort leaves nothing; with
+// packing off, Done closes each stream's file.
+func TestPostDoneStreams(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const limit, n = 4 << 10, 50 // 50 streams of 2000 incompressible bytes pass 16 × 4 KiB once
+		content := func(i int) []section {
+			return []section{{streamfile.Data, 0, randomBytes(uint64(100+i), 2000)}, {streamfile.Meta, 0, fmt.Appendf(nil, "Group:%d\n", i)}}
+		}
+		open := []section{{streamfile.Data, 0, []byte("open first part")}, {streamfile.Data, 1, []byte("open second part")}}
+		run := func(t *testing.T, s *store.Store, commit bool) []meta.Stream {
+			post := s.Begin()
+			// A stream of another type stays open across the others.
+			wo, err := post.NewStream(ctx, spec("OPEN"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := writeSections(wo, open[:1]); err != nil {
+				t.Fatal(err)
+			}
+			for i := range n {
+				w, err := post.NewStream(ctx, spec(fmt.Sprintf("DONE-%d", i)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := writeSections(w, content(i)); err != nil {
+					t.Fatal(err)
+				}
+				if err := w.Done(); err != nil {
+					t.Fatal(err)
+				}
+				if err := w.Done(); err != nil { // idempotent
+					t.Fatal(err)
+				}
+			}
+			if err := writeSections(wo, open[1:]); err != nil {
+				t.Fatal(err)
+			}
+			if !commit {
+				post.Abort()
+				return nil
+			}
+			streams, err := post.Commit(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(streams) != n+1 {
+				t.Fatalf("%d streams committed", len(streams))
+			}
+			for i, st := range streams {
+				if i > 0 && st.ID <= streams[i-1].ID {
+					t.Errorf("stream %d has id %d after %d", i, st.ID, streams[i-1].ID)
+				}
+				want := open
+				if i > 0 {
+					want = content(i - 1)
+				}
+				if err := checkStream(s, st.ID, want); err != nil {
+					t.Error(err)
+				}
+			}
+			return streams
+		}
+		t.Run("packed", func(t *testing.T) {
+			s := e.openPacked(t, nil, "n1", limit)
+			streams := run(t, s, true)
+			own, packed := 0, 0
+			for _, st := range streams {
+				if st.Pack == "" {
+					own++
+				} else {
+					packed++
+				}
+			}
+			// The first moves happen once 16 × PackMax is held; later
+			// streams are packed again until the next.
+			if own == 0 || packed == 0 || streams[0].Pack != "" {
+				t.Errorf("%d streams with files of their own, %d packed; the open one's pack %q", own, packed, streams[0].Pack)
+			}
+			for _, f := range files(t, e.root()) {
+				if strings.HasSuffix(f, ".lock") {
+					t.Errorf("lock file left: %s", f)
+				}
+			}
+		})
+		t.Run("abort", func(t *testing.T) {
+			e := newEnv(t, e.dsn)
+			s := e.openPacked(t, nil, "n1", limit)
+			run(t, s, false)
+			for _, f := range files(t, e.root()) {
+				if strings.HasSuffix(f, ".wst") || strings.HasSuffix(f, ".lock") {
+					t.Errorf("file left: %s", f)
+				}
+			}
+			rows, err := e.repo.ListStreams(ctx, meta.StreamFilter{})
+			if err != nil || len(rows) != 0 {
+				t.Fatalf("rows left: %d %v", len(rows), err)
+			}
+		})
+		t.Run("unpacked", func(t *testing.T) {
+			e := newEnv(t, e.dsn)
+			s := e.openPacked(t, nil, "n1", 0)
+			for _, st := range run(t, s, true) {
+				if st.Pack != "" {
+					t.Errorf("stream %d packed with packing off", st.ID)
+				}
+			}
+		})
+	})
+}

@@ -209,7 +209,12 @@ type Spec struct {
 type Post struct {
 	s       *Store
 	writers []*Writer
+	held    int // bytes of the post's finished streams held in memory
 }
+
+// heldPerPost bounds the finished streams a post holds in memory, in
+// multiples of PackMax: past it they move to files of their own (see Done).
+const heldPerPost = 16
 
 // Begin starts a post.
 func (s *Store) Begin() *Post { return &Post{s: s} }
@@ -227,6 +232,7 @@ type Writer struct {
 	sf    *streamfile.Writer
 	attrs *attr.Map
 	err   error // the spill failed
+	done  bool  // Done: the stream file is finished
 }
 
 // NewStream starts a stream: in memory, or with its LOCKED row (which
@@ -295,7 +301,7 @@ func (w *Writer) Write(b []byte) (int, error) {
 			break
 		}
 		if x.packed() {
-			if err := x.spill(); err != nil {
+			if err := x.toFile(); err != nil {
 				w.err = err
 				return 0, err
 			}
@@ -318,6 +324,74 @@ func (w *Writer) spill() error {
 		return w.err
 	}
 	w.releaseBuf()
+	return nil
+}
+
+// toFile moves a stream held in memory to a file of its own; a finished
+// one's file is synced and closed at once.
+func (w *Writer) toFile() error {
+	n := w.buf.Len()
+	if err := w.spill(); err != nil {
+		return err
+	}
+	if w.done {
+		w.post.held -= n
+		return w.closeFile()
+	}
+	return nil
+}
+
+// closeFile syncs and closes a finished stream's own file; Commit renames it.
+func (w *Writer) closeFile() error {
+	if err := w.f.Sync(); err != nil {
+		w.err = fmt.Errorf("sync stream file: %w", err)
+		return w.err
+	}
+	err := w.f.Close()
+	w.f = nil
+	if err != nil {
+		w.err = fmt.Errorf("close stream file: %w", err)
+		return w.err
+	}
+	return nil
+}
+
+// Done finishes a stream before its post commits: no section is written
+// to it after. A stream with a file of its own is synced and its file
+// closed now, and a post's finished streams held in memory are bounded
+// (past heldPerPost times PackMax they move to files of their own), so
+// that a post of many streams (a zip's reference groups, one stream each)
+// keeps neither a file open nor its bytes in memory per stream. Nothing
+// is visible before Commit, which still makes every stream of the post
+// durable and visible, or none.
+func (w *Writer) Done() error {
+	if w.done {
+		return nil
+	}
+	if err := w.sf.Close(); err != nil {
+		return fmt.Errorf("finish stream file: %w", err)
+	}
+	if w.err != nil {
+		return w.err
+	}
+	w.done = true
+	if !w.packed() {
+		return w.closeFile()
+	}
+	p := w.post
+	p.held += w.buf.Len()
+	if p.held <= heldPerPost*p.s.opt.PackMax {
+		return nil
+	}
+	// Every stream still in memory moves, in the order they were started,
+	// so that the post's streams keep their ids in that order.
+	for _, x := range p.writers {
+		if x.packed() {
+			if err := x.toFile(); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -355,13 +429,15 @@ func (w *Writer) SetAttributes(a *attr.Map) { w.attrs = a }
 // directory fsyncs. A packed stream's bytes are written by the committer.
 func (w *Writer) finish() error {
 	if !w.packed() {
-		if err := w.f.Sync(); err != nil {
-			return fmt.Errorf("sync stream file: %w", err)
+		if w.f != nil {
+			if err := w.f.Sync(); err != nil {
+				return fmt.Errorf("sync stream file: %w", err)
+			}
+			if err := w.f.Close(); err != nil {
+				return fmt.Errorf("close stream file: %w", err)
+			}
+			w.f = nil
 		}
-		if err := w.f.Close(); err != nil {
-			return fmt.Errorf("close stream file: %w", err)
-		}
-		w.f = nil
 		if err := os.Rename(w.path+lockSuffix, w.path); err != nil {
 			return fmt.Errorf("rename stream file: %w", err)
 		}
@@ -389,7 +465,10 @@ func (p *Post) Commit(ctx context.Context) ([]meta.Stream, error) {
 	// a spill moves the post's earlier streams out of memory too: so every
 	// stream is closed before any is sorted into packed or not.
 	for _, w := range p.writers {
-		err := w.sf.Close()
+		var err error
+		if !w.done {
+			err = w.sf.Close()
+		}
 		if err == nil {
 			err = w.err
 		}
