@@ -187,7 +187,8 @@ func Default() Config {
 }
 
 // Load reads a YAML file over the defaults. Unknown keys are errors so that a
-// misspelt setting never silently falls back to its default.
+// misspelt setting never silently falls back to its default. A file that
+// every user can read is refused when it holds a secret.
 func Load(path string) (Config, error) {
 	cfg := Default()
 	b, err := os.ReadFile(path)
@@ -196,6 +197,9 @@ func Load(path string) (Config, error) {
 	}
 	if err := decodeStrict(b, &cfg); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := checkInlineSecrets(path, cfg.inlineSecrets()); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }

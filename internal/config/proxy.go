@@ -167,7 +167,8 @@ func DefaultProxy() Proxy {
 	}
 }
 
-// LoadProxy reads a YAML file over the proxy defaults; unknown keys are errors.
+// LoadProxy reads a YAML file over the proxy defaults; unknown keys are
+// errors, and so are secrets in a file that every user can read.
 func LoadProxy(path string) (Proxy, error) {
 	cfg := DefaultProxy()
 	b, err := os.ReadFile(path)
@@ -176,6 +177,9 @@ func LoadProxy(path string) (Proxy, error) {
 	}
 	if err := decodeStrict(b, &cfg); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := checkInlineSecrets(path, cfg.inlineSecrets()); err != nil {
+		return cfg, err
 	}
 	cfg.fillQueues()
 	return cfg, nil

@@ -1,0 +1,79 @@
+package config
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestInlineSecretsInWorldReadableFile: a config file that every user can
+// read is refused when it holds a secret itself (the specification forbids
+// keys in world-readable configuration files), with the option and the file
+// named; the same file readable only by its owner (and group) loads, and a
+// world-readable file without secrets loads.
+func TestInlineSecretsInWorldReadableFile(t *testing.T) {
+	const dest = "forwardHttpDestinations:\n  - forwardUrl: http://127.0.0.1:8080/datafeed\n"
+	cases := []struct {
+		name, body, option string
+		proxy              bool
+	}{
+		{"apiKey", dest + "    apiKey: sak_inline\n", "forwardHttpDestinations[0].apiKey", true},
+		{"dataFeedKey", dest + "    dataFeedKey: sdk_inline\n    dataFeedKeyOwner: \"1000\"\n",
+			"forwardHttpDestinations[0].dataFeedKey", true},
+		{"feedStatus.apiKey", dest + "feedStatus:\n  apiKey: sak_inline\n", "feedStatus.apiKey", true},
+		{"proxy db password", dest + "db: postgres://weir:hunter2@db:5432/weir\n", "db (its password)", true},
+		{"serve db password", "db: postgres://weir:hunter2@db:5432/weir\n", "db (its password)", false},
+		{"serve db password parameter", "db: postgres://weir@db:5432/weir?password=hunter2\n", "db (its password)", false},
+	}
+	load := func(proxy bool, path string) error {
+		if proxy {
+			_, err := LoadProxy(path)
+			return err
+		}
+		_, err := Load(path)
+		return err
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := write(t, c.body)
+			for _, mode := range []os.FileMode{0o600, 0o640} {
+				if err := os.Chmod(path, mode); err != nil {
+					t.Fatal(err)
+				}
+				if err := load(c.proxy, path); err != nil {
+					t.Errorf("mode %04o: %v; want it loaded", mode, err)
+				}
+			}
+			if err := os.Chmod(path, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			err := load(c.proxy, path)
+			if err == nil {
+				t.Fatal("mode 0644: loaded; want it refused")
+			}
+			for _, want := range []string{path, c.option, "readable by every user", "chmod o-rwx"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %q", err, want)
+				}
+			}
+		})
+	}
+	t.Run("no secrets", func(t *testing.T) {
+		for _, c := range []struct {
+			body  string
+			proxy bool
+		}{
+			{dest + "    apiKeyFile: /etc/weir/key\n", true},
+			{"db: postgres://weir@db:5432/weir\n", false},
+			{"node: n1\n", false},
+		} {
+			path := write(t, c.body)
+			if err := os.Chmod(path, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := load(c.proxy, path); err != nil {
+				t.Errorf("%q in a 0644 file: %v; want it loaded (no secret in it)", c.body, err)
+			}
+		}
+	})
+}
