@@ -4,8 +4,12 @@ PG_DSN ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 
 .PHONY: build test test-postgres check bench bench-go fuzz
 
+# The version /api/version, the OpenAPI document and the Weir-Version header report:
+# `git describe` of the checkout when git is available (else the build's own info).
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
+
 build:
-	$(GO) build -o bin/weir ./cmd/weir
+	$(GO) build -ldflags '-X github.com/weirhq/weir/internal/app.stampedVersion=$(VERSION)' -o bin/weir ./cmd/weir
 
 # Every test, on SQLite and (when WEIR_TEST_POSTGRES_DSN is set) PostgreSQL.
 test:

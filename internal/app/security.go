@@ -104,11 +104,30 @@ func (s *security) bootstrap(ctx context.Context, dataDir string, log *slog.Logg
 	return nil
 }
 
-// Version is the running build's version: the module version, or the VCS
-// revision when built from a checkout, else "dev".
+// stampedVersion is the version the linker stamps into a release build:
+//
+//	go build -ldflags "-X github.com/weirhq/weir/internal/app.stampedVersion=v1.2.3" ./cmd/weir
+//
+// (`make build` stamps `git describe --always --dirty`). It is set nowhere
+// else; empty when the build was not stamped.
+var stampedVersion string
+
+// Version is the running build's version: the stamped version, else the
+// module version, else the VCS revision when built from a checkout, else
+// "dev".
 func Version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
+	bi, _ := debug.ReadBuildInfo()
+	return versionOf(stampedVersion, bi)
+}
+
+// versionOf applies Version's order of precedence. The stamp comes first
+// because builds with -buildvcs=false (or from a source tarball) carry no
+// revision, and every one of them would otherwise say "dev".
+func versionOf(stamped string, bi *debug.BuildInfo) string {
+	if v := strings.TrimSpace(stamped); v != "" {
+		return v
+	}
+	if bi == nil {
 		return "dev"
 	}
 	if v := bi.Main.Version; v != "" && v != "(devel)" {
