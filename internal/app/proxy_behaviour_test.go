@@ -1026,6 +1026,43 @@ func TestProxyMaxRetryAge(t *testing.T) {
 	}
 }
 
+// TestProxyMaxRetryAgeZero: a destination whose queue says maxRetryAge: 0
+// in the config file does not retry (the reference system's meaning of
+// zero): a send that fails with a retryable answer (500) puts the item in
+// the failure area after one attempt, and the downstream sees no second.
+func TestProxyMaxRetryAgeZero(t *testing.T) {
+	t.Parallel()
+	fake := pxFakeDownstream(t, func(int, string) pxAnswer { return pxAnswer{status: http.StatusInternalServerError} })
+	file := filepath.Join(t.TempDir(), "proxy.yaml")
+	yaml := "forwardHttpDestinations:\n  - forwardUrl: " + fake.URL + "/datafeed\n    queue:\n      maxRetryAge: 0\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := config.LoadProxy(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := pxProxy(t, "proxy-no-retries", func(c *config.Proxy) {
+		c.ForwardHTTPDestinations[0].Queue = loaded.ForwardHTTPDestinations[0].Queue
+	}, fake.URL+"/datafeed")
+	dest := pxDestName(t, px, 0)
+	pxPost(t, px, testFeed, "no retries\n")
+	var f meta.Forward
+	apptest.WaitFor(t, "the item in the failure area", func() bool {
+		fs := pxForwards(t, px, meta.ForwardFilter{Destination: dest, State: meta.ForwardFailed})
+		if len(fs) == 1 {
+			f = fs[0]
+		}
+		return len(fs) == 1
+	})
+	if f.Attempts != 1 || f.LastStatus != 999 || strings.Count(f.ErrorLog, "\n") != 1 {
+		t.Errorf("failed forward: %+v; want one logged attempt", f)
+	}
+	if n := len(fake.snapshot()); n != 1 {
+		t.Errorf("the downstream got %d posts, want 1 (no retries)", n)
+	}
+}
+
 // TestProxyLivenessPausesForwarding: while a destination's liveness URL
 // does not answer 200, nothing is sent to it (no attempt is spent);
 // once it does, the queue goes.

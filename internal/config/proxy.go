@@ -43,8 +43,24 @@ type Queue struct {
 	RetryDelay             Duration `yaml:"retryDelay"`             // wait after the first failure
 	RetryDelayGrowthFactor float64  `yaml:"retryDelayGrowthFactor"` // each further failure multiplies the wait (1: constant)
 	MaxRetryDelay          Duration `yaml:"maxRetryDelay"`          // the wait never grows beyond this
-	MaxRetryAge            Duration `yaml:"maxRetryAge"`            // failing for longer than this: to the failure area
+	MaxRetryAge            Duration `yaml:"maxRetryAge"`            // failing for longer than this: to the failure area (0: no retries)
 	LivenessCheckInterval  Duration `yaml:"livenessCheckInterval"`  // how often a destination's liveness is checked
+}
+
+// UnmarshalYAML decodes a queue over the defaults, so that a key left out
+// keeps its default while a key given is taken as given, zero included:
+// maxRetryAge: 0 means no retries, as in the reference system, not the
+// default. It is the decoder's callback form because that decodes with
+// the file's decoder, which keeps unknown keys errors (yaml.Node.Decode
+// would not).
+func (q *Queue) UnmarshalYAML(unmarshal func(any) error) error {
+	type plain Queue // without this method, so that decoding does not recurse
+	v := plain(DefaultQueue())
+	if err := unmarshal(&v); err != nil {
+		return err
+	}
+	*q = Queue(v)
+	return nil
 }
 
 // HTTPDestination is a downstream /datafeed (weir serve, another proxy, or
@@ -200,28 +216,13 @@ func (p *Proxy) AddForward(u string) {
 }
 
 // fillQueues gives destinations without queue settings the defaults, and
-// unnamed ones a name. A queue given in YAML replaces the defaults field by
-// field only where set, since a YAML struct decodes over zero values.
+// unnamed ones a name. A queue given in YAML already has the defaults
+// where it sets nothing (Queue.UnmarshalYAML); only a destination without
+// one (no queue key, or --forward) still has the zero queue.
 func (p *Proxy) fillQueues() {
-	d := DefaultQueue()
 	fill := func(q *Queue) {
-		if q.ForwardThreadCount == 0 {
-			q.ForwardThreadCount = d.ForwardThreadCount
-		}
-		if q.RetryDelay == 0 {
-			q.RetryDelay = d.RetryDelay
-		}
-		if q.RetryDelayGrowthFactor == 0 {
-			q.RetryDelayGrowthFactor = d.RetryDelayGrowthFactor
-		}
-		if q.MaxRetryDelay == 0 {
-			q.MaxRetryDelay = d.MaxRetryDelay
-		}
-		if q.MaxRetryAge == 0 {
-			q.MaxRetryAge = d.MaxRetryAge
-		}
-		if q.LivenessCheckInterval == 0 {
-			q.LivenessCheckInterval = d.LivenessCheckInterval
+		if *q == (Queue{}) {
+			*q = DefaultQueue()
 		}
 	}
 	for i := range p.ForwardHTTPDestinations {

@@ -435,3 +435,64 @@ func TestDestinationNames(t *testing.T) {
 		t.Errorf("unnamed destination from YAML: %+v, %v", p3.ForwardHTTPDestinations, err)
 	}
 }
+
+// TestLoadProxyMaxRetryAgeZero: an explicit maxRetryAge of 0 means no
+// retries (the reference system's meaning) and is kept, with the queue's
+// other settings at their defaults; a queue without it, and a destination
+// without a queue, keep the 7-day default. Other explicit zeros are kept
+// too, so that validation names them instead of a default replacing them.
+func TestLoadProxyMaxRetryAgeZero(t *testing.T) {
+	p, err := LoadProxy(write(t, `
+forwardHttpDestinations:
+  - name: zero
+    forwardUrl: http://127.0.0.1:8080/datafeed
+    queue:
+      maxRetryAge: 0
+  - name: iso-zero
+    forwardUrl: http://127.0.0.1:8081/datafeed
+    queue:
+      maxRetryAge: PT0S
+      forwardThreadCount: 2
+  - name: unset
+    forwardUrl: http://127.0.0.1:8082/datafeed
+    queue:
+      forwardThreadCount: 2
+  - name: no-queue
+    forwardUrl: http://127.0.0.1:8083/datafeed
+forwardFileDestinations:
+  - path: /x
+    queue:
+      maxRetryAge: 0s
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ValidateProxy(); err != nil {
+		t.Fatalf("ValidateProxy: %v", err)
+	}
+	noRetries := DefaultQueue()
+	noRetries.MaxRetryAge = 0
+	threads := DefaultQueue()
+	threads.ForwardThreadCount = 2
+	isoZero := threads
+	isoZero.MaxRetryAge = 0
+	for i, want := range []Queue{noRetries, isoZero, threads, DefaultQueue()} {
+		if got := p.ForwardHTTPDestinations[i].Queue; got != want {
+			t.Errorf("%s: queue %+v, want %+v", p.ForwardHTTPDestinations[i].Name, got, want)
+		}
+	}
+	if got := p.ForwardFileDestinations[0].Queue; got != noRetries {
+		t.Errorf("file destination: queue %+v, want %+v", got, noRetries)
+	}
+	if DefaultQueue().MaxRetryAge != Duration(7*24*time.Hour) {
+		t.Errorf("default maxRetryAge %s, want 168h", DefaultQueue().MaxRetryAge)
+	}
+
+	p, err = LoadProxy(write(t, "forwardHttpDestinations:\n  - forwardUrl: http://h/datafeed\n    queue:\n      forwardThreadCount: 0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ValidateProxy(); err == nil || !strings.Contains(err.Error(), "forwardThreadCount") {
+		t.Errorf("explicit forwardThreadCount 0: %v; want it refused, not replaced by the default", err)
+	}
+}
