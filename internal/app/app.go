@@ -78,6 +78,23 @@ func NodeName(configured string) (string, error) {
 	return receipt.SanitiseNode(host), nil
 }
 
+// receivedPathHost is the name this host appends to ReceivedPath, found as
+// the reference system finds it: DOCKER_HOST_HOSTNAME, then DOCKER_HOST_IP
+// (in a container these name the machine that received the data, where
+// the container's own host name is a random id), then the host name, then
+// the node name.
+func receivedPathHost(getenv func(string) string, hostname func() (string, error), node string) string {
+	for _, key := range []string{"DOCKER_HOST_HOSTNAME", "DOCKER_HOST_IP"} {
+		if v := strings.TrimSpace(getenv(key)); v != "" {
+			return v
+		}
+	}
+	if h, err := hostname(); err == nil && h != "" {
+		return h
+	}
+	return node
+}
+
 // Open stores: the data directory (locked for this node), the metadata
 // repository and the stream store. Admin commands use it read-only.
 type Open struct {
@@ -191,10 +208,7 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
-	host, _ := os.Hostname()
-	if host == "" {
-		host = node
-	}
+	host := receivedPathHost(os.Getenv, os.Hostname, node)
 	ro := receive.Options{
 		Config: cfg.Receive, Feeds: meta.NewFeedCache(a.repo, cfg.Receive.FeedCacheTTL.D()), Store: a.store, IDs: ids, Host: host, TempDir: tmp,
 		Auth: a.sec.chain, CertAttributes: a.sec.certs.Attributes,

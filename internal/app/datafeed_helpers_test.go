@@ -58,9 +58,15 @@ var client = &http.Client{
 	}(),
 }
 
-// hostName is what weir appends to ReceivedPath.
+// hostName is what weir appends to ReceivedPath (DOCKER_HOST_HOSTNAME,
+// then DOCKER_HOST_IP, then the host name).
 func hostName(t testing.TB) string {
 	t.Helper()
+	for _, key := range []string{"DOCKER_HOST_HOSTNAME", "DOCKER_HOST_IP"} {
+		if v := strings.TrimSpace(os.Getenv(key)); v != "" {
+			return v
+		}
+	}
 	h, err := os.Hostname()
 	if err != nil || h == "" {
 		t.Fatalf("hostname: %v", err)

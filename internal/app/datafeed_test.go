@@ -778,3 +778,23 @@ func TestDatafeedReceiveLog(t *testing.T) {
 		t.Errorf("streams %v, want [%d]", l["streams"], st.ID)
 	}
 }
+
+// TestReceivedPathNamesTheDockerHost: in a container, ReceivedPath names
+// the machine (DOCKER_HOST_HOSTNAME, else DOCKER_HOST_IP), as the reference
+// system's does, not the container's random host name. Not parallel: it
+// sets the environment of the whole process.
+func TestReceivedPathNamesTheDockerHost(t *testing.T) {
+	for _, c := range []struct{ hostname, ip, want string }{
+		{"docker-host.example", "10.0.0.7", "docker-host.example"},
+		{"", "10.0.0.7", "10.0.0.7"},
+	} {
+		t.Setenv("DOCKER_HOST_HOSTNAME", c.hostname)
+		t.Setenv("DOCKER_HOST_IP", c.ip)
+		s := start(t, nil)
+		id := post(t, s, []byte("data"), "Feed", testFeed).ok(t)
+		if got := streamByReceipt(t, s, id).Attributes.Value("ReceivedPath"); got != c.want {
+			t.Errorf("DOCKER_HOST_HOSTNAME %q, DOCKER_HOST_IP %q: ReceivedPath %q, want %q", c.hostname, c.ip, got, c.want)
+		}
+		s.Stop()
+	}
+}
