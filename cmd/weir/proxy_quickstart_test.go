@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,7 +138,8 @@ forwardHttpDestinations:
 
 	// A part of a stream at the main service names the proxy's receipt
 	// first in its ReceiptIdPath (each part keeps its own attributes).
-	waitPath := func(first string, hops int) {
+	// It returns the stream's meta data.
+	waitPath := func(first string, hops int) string {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
@@ -152,7 +154,7 @@ forwardHttpDestinations:
 				for _, l := range strings.Split(meta, "\n") {
 					v, ok := strings.CutPrefix(l, "ReceiptIdPath:")
 					if p := strings.Split(strings.TrimSpace(v), ","); ok && p[0] == first && len(p) == hops {
-						return
+						return meta
 					}
 				}
 			}
@@ -194,5 +196,13 @@ forwardHttpDestinations:
 	if code != 200 || !regexp.MustCompile(`^\d{13}_\d{4}_P_edge-1$`).MatchString(r2) {
 		t.Fatalf("post to the edge proxy: %d %q", code, r2)
 	}
-	waitPath(r2, 3)
+	// Each hop records the identity that authenticated to it, over what
+	// the part's .meta entry says (the README says so): the main service
+	// the first proxy's user, the first proxy the edge key's account.
+	meta := waitPath(r2, 3)
+	for _, want := range []string{"UploadUserId:proxy-1", "AccountId:2000"} {
+		if !slices.Contains(strings.Split(meta, "\n"), want) {
+			t.Errorf("two-hop part's meta data has no %q:\n%s", want, meta)
+		}
+	}
 }
