@@ -1650,6 +1650,43 @@ func TestProxyAuthenticatedDownstream(t *testing.T) {
 	}
 }
 
+// TestProxyTrustedForwarder: a main service keeps what a trusted
+// forwarder's zip parts say about their senders (receive.trustedForwarders),
+// so that a sender's account and identity survive the hop; an untrusted
+// forwarder's parts get its own, as any other sender's would.
+func TestProxyTrustedForwarder(t *testing.T) {
+	t.Parallel()
+	main := start(t, func(c *config.Config) {
+		c.Receive.AuthenticationRequired = true
+		c.Receive.TrustedForwarders = []string{"data-feed-identity-2000"}
+	})
+	trustedKey, _ := dbDataFeedKey(t, main, "2000", time.Now().Add(time.Hour))
+	otherKey, _ := dbDataFeedKey(t, main, "3000", time.Now().Add(time.Hour))
+	via := func(name, key, owner string) *apptest.Server {
+		return pxProxy(t, name, func(c *config.Proxy) {
+			c.ForwardHTTPDestinations[0].DataFeedKey = key
+			c.ForwardHTTPDestinations[0].DataFeedKeyOwner = owner
+		}, main.URL+"/datafeed")
+	}
+	pxPost(t, via("proxy-trusted", trustedKey, "2000"), testFeed, "via the trusted proxy\n", "AccountId", "1000")
+	pxPost(t, via("proxy-other", otherKey, "3000"), testFeed, "via another proxy\n", "AccountId", "1000")
+
+	want := map[string][2]string{ // data -> AccountId, UploadUserId
+		"via the trusted proxy\n": {"1000", "UNAUTHENTICATED_USER"},
+		"via another proxy\n":     {"3000", "data-feed-identity-3000"},
+	}
+	for _, p := range pxWaitFeedParts(t, main, testFeed, 2) {
+		w, ok := want[string(p.data)]
+		if !ok {
+			t.Errorf("unexpected part %q", p.data)
+			continue
+		}
+		if got := [2]string{p.meta.Value("AccountId"), p.meta.Value("UploadUserId")}; got != w {
+			t.Errorf("%q arrived with AccountId, UploadUserId %q, want %q", p.data, got, w)
+		}
+	}
+}
+
 // TestProxyForwarderWaitsWhileSending: while an aggregate is being sent the
 // forwarder waits for the send to end (or another aggregate to close)
 // instead of reading its queue over and over. It once took the aggregate in

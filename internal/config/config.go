@@ -124,6 +124,12 @@ type Receive struct {
 	X509CertificateDnHeader     string   `yaml:"x509CertificateDnHeader"`
 	X509CertificateDnFormat     string   `yaml:"x509CertificateDnFormat"`
 	AllowedCertificateProviders []string `yaml:"allowedCertificateProviders"`
+	// TrustedForwarders are the senders (their UploadUserId: an API key's
+	// user, data-feed-identity-<account>, a certificate's CN) whose zip
+	// parts keep the identity, certificate and data feed key attributes
+	// their meta entries carry: proxies, which record the sender they
+	// received each post from. Anyone else's parts get this hop's.
+	TrustedForwarders []string `yaml:"trustedForwarders"`
 }
 
 // Store configures the stream store.

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -279,8 +280,14 @@ var certKeys = []string{"RemoteDN", "RemoteCertExpiry"}
 
 // protect re-applies what this hop established about the sender to the
 // attributes of one zip part, so that a meta entry in the body cannot claim
-// another identity or certificate than the one that authenticated.
+// another identity or certificate than the one that authenticated. A
+// trusted forwarder's parts keep theirs (the reference system's rule for
+// every sender): a proxy's meta entries name the sender it received each
+// post from, which this hop cannot see.
 func (p *post) protect(a *attr.Map) {
+	if p.identity != nil && slices.Contains(p.h.cfg.TrustedForwarders, p.identity.SubjectID) {
+		return
+	}
 	for _, k := range certKeys {
 		if v, ok := p.attrs.Get(k); ok {
 			a.Put(k, v)
