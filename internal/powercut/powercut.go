@@ -374,6 +374,13 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	fh, ff, errno := n.LoopbackNode.Open(ctx, flags)
+	if errno == 0 && flags&syscall.O_TRUNC != 0 {
+		// The kernel truncates with a setattr before the open, unless the
+		// mount has atomic_o_trunc and leaves it to the open: either way
+		// a truncation (recording it twice is harmless).
+		ino, mode := n.ino()
+		n.m.truncated(ino, mode, 0)
+	}
 	return wrap(fh), ff, errno
 }
 

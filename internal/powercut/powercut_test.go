@@ -131,6 +131,25 @@ func TestDurableOnlyWhatWasSynced(t *testing.T) {
 		t.Errorf("after fdatasync, an unsynced truncation and the directory's sync: %v", got)
 	}
 
+	// Opening with O_TRUNC truncates: durable once synced.
+	tr, err := os.OpenFile(filepath.Join(sub, "new"), os.O_RDWR|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.WriteString("NEW"); err != nil {
+		t.Fatal(err)
+	}
+	if got := after(t, f, "sub/new"); got["sub/new"] != "durable" {
+		t.Errorf("before the truncated file's sync: %v", got)
+	}
+	if err := tr.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	tr.Close()
+	if got := after(t, f, "sub/new"); got["sub/new"] != "NEW" {
+		t.Errorf("after the truncated file's sync: %v, want NEW", got)
+	}
+
 	// A new directory's name needs its parent's sync.
 	dir := filepath.Join(mnt, "made")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -160,7 +179,7 @@ func TestDurableOnlyWhatWasSynced(t *testing.T) {
 	if got := after(t, f, "made/c"); got["made/c"] != "in made" {
 		t.Errorf("after the cut: %v", got)
 	}
-	if files, dirs := f.Syncs(); files != 3 || dirs != 4 {
-		t.Errorf("syncs: %d files, %d directories; want 3 and 4", files, dirs)
+	if files, dirs := f.Syncs(); files != 4 || dirs != 4 {
+		t.Errorf("syncs: %d files, %d directories; want 4 and 4", files, dirs)
 	}
 }
