@@ -1658,7 +1658,9 @@ func TestProxyTrustedForwarder(t *testing.T) {
 	t.Parallel()
 	main := start(t, func(c *config.Config) {
 		c.Receive.AuthenticationRequired = true
-		c.Receive.TrustedForwarders = []string{"data-feed-identity-2000"}
+		// The type is part of the name (in any case): the same subject
+		// authenticated another way is not trusted.
+		c.Receive.TrustedForwarders = []string{"data_feed_key:data-feed-identity-2000", "TOKEN:data-feed-identity-3000"}
 	})
 	trustedKey, _ := dbDataFeedKey(t, main, "2000", time.Now().Add(time.Hour))
 	otherKey, _ := dbDataFeedKey(t, main, "3000", time.Now().Add(time.Hour))

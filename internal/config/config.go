@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/weirhq/weir/internal/auth"
 	"io"
 	"os"
 	"regexp"
@@ -124,11 +125,15 @@ type Receive struct {
 	X509CertificateDnHeader     string   `yaml:"x509CertificateDnHeader"`
 	X509CertificateDnFormat     string   `yaml:"x509CertificateDnFormat"`
 	AllowedCertificateProviders []string `yaml:"allowedCertificateProviders"`
-	// TrustedForwarders are the senders (their UploadUserId: an API key's
-	// user, data-feed-identity-<account>, a certificate's CN) whose zip
-	// parts keep the identity, certificate and data feed key attributes
-	// their meta entries carry: proxies, which record the sender they
-	// received each post from. Anyone else's parts get this hop's.
+	// TrustedForwarders are the senders whose zip parts keep the
+	// identity, certificate and data feed key attributes their meta
+	// entries carry: proxies, which record the sender they received each
+	// post from. Anyone else's parts get this hop's. Each is
+	// TYPE:UploadUserId, the type being how the sender authenticated (so
+	// that a certificate whose CN is an API key user's name is not that
+	// user): TOKEN:proxy-1 (an API key's user, or an OIDC token's),
+	// DATA_FEED_KEY:data-feed-identity-2000, CERTIFICATE:<CN>,
+	// CERTIFICATE_IDENTITY:<subject>.
 	TrustedForwarders []string `yaml:"trustedForwarders"`
 }
 
@@ -261,6 +266,12 @@ func (c *Config) Validate() error {
 	}
 	if strings.TrimSpace(r.DataFeedOwnerMetaKey) == "" {
 		add("receive.dataFeedOwnerMetaKey: must name a header")
+	}
+	for i, f := range r.TrustedForwarders {
+		typ, subject, _ := strings.Cut(f, ":")
+		if _, err := auth.ParseType(typ); err != nil || strings.TrimSpace(subject) == "" {
+			add("receive.trustedForwarders[%d]: %q is not TYPE:UploadUserId, TYPE one of DATA_FEED_KEY, CERTIFICATE_IDENTITY, TOKEN, CERTIFICATE (e.g. TOKEN:proxy-1)", i, f)
+		}
 	}
 	switch strings.ToUpper(r.X509CertificateDnFormat) {
 	case "LDAP", "OPEN_SSL":

@@ -110,10 +110,15 @@ func TestValidate(t *testing.T) {
 	cfg.Receive.ReceiptCheckMode = "SOMETIMES"
 	cfg.DB = "mysql://x"
 	cfg.TLS.CertFile = "x.pem"
+	cfg.Receive.TrustedForwarders = []string{"TOKEN:proxy-1", "proxy-2", "KEY:x", "CERTIFICATE:"}
 	err := cfg.Validate()
-	for _, want := range []string{"enabledAuthenticationTypes", "receiptCheckMode", "db:", "keyFile"} {
+	for _, want := range []string{"enabledAuthenticationTypes", "receiptCheckMode", "db:", "keyFile",
+		`trustedForwarders[1]: "proxy-2"`, `trustedForwarders[2]: "KEY:x"`, `trustedForwarders[3]: "CERTIFICATE:"`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v; want mention of %s", err, want)
 		}
+	}
+	if strings.Contains(err.Error(), "trustedForwarders[0]") {
+		t.Errorf("Validate() = %v; TOKEN:proxy-1 is a valid trusted forwarder", err)
 	}
 }

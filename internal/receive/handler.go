@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,6 +79,7 @@ type Handler struct {
 	cfg      config.Receive
 	feedName *regexp.Regexp
 	types    map[string]string // lower-case type -> configured spelling
+	trusted  map[string]bool   // TYPE:UploadUserId of trusted forwarders
 	slots    chan struct{}
 	decoders decoderPools
 	bufs     sync.Pool // *[]byte copy buffers
@@ -99,10 +99,15 @@ func New(opt Options) *Handler {
 		cfg:      opt.Config,
 		feedName: regexp.MustCompile(opt.Config.FeedNamePattern),
 		types:    make(map[string]string),
+		trusted:  make(map[string]bool),
 		slots:    make(chan struct{}, opt.Config.MaxConcurrentReceipts),
 	}
 	for _, t := range opt.Config.MetaTypes {
 		h.types[strings.ToLower(t)] = t
+	}
+	for _, f := range opt.Config.TrustedForwarders {
+		typ, subject, _ := strings.Cut(f, ":")
+		h.trusted[strings.ToUpper(strings.TrimSpace(typ))+":"+subject] = true
 	}
 	h.bufs.New = func() any { b := make([]byte, 64<<10); return &b }
 	h.readers.New = func() any { return bufio.NewReaderSize(nil, 64<<10) }
@@ -285,7 +290,7 @@ var certKeys = []string{"RemoteDN", "RemoteCertExpiry"}
 // every sender): a proxy's meta entries name the sender it received each
 // post from, which this hop cannot see.
 func (p *post) protect(a *attr.Map) {
-	if p.identity != nil && slices.Contains(p.h.cfg.TrustedForwarders, p.identity.SubjectID) {
+	if p.identity != nil && p.h.trusted[string(p.identity.Type)+":"+p.identity.SubjectID] {
 		return
 	}
 	for _, k := range certKeys {
