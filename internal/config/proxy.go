@@ -211,23 +211,40 @@ func (h HTTPDestination) ZipLevel() int {
 }
 
 func (p *Proxy) AddForward(u string) {
-	p.ForwardHTTPDestinations = append(p.ForwardHTTPDestinations, HTTPDestination{ForwardURL: u})
+	p.ForwardHTTPDestinations = append(p.ForwardHTTPDestinations, HTTPDestination{ForwardURL: u, Queue: DefaultQueue()})
 	p.fillQueues()
 }
 
-// fillQueues gives destinations without queue settings the defaults, and
-// unnamed ones a name. A queue given in YAML already has the defaults
-// where it sets nothing (Queue.UnmarshalYAML); only a destination without
-// one (no queue key, or --forward) still has the zero queue.
-func (p *Proxy) fillQueues() {
-	fill := func(q *Queue) {
-		if *q == (Queue{}) {
-			*q = DefaultQueue()
-		}
+// UnmarshalYAML decodes a destination over one with the default queue, so
+// that a destination without a queue key has the defaults while a queue
+// given, even one of explicit zeros, is taken as given (and validated).
+func (h *HTTPDestination) UnmarshalYAML(unmarshal func(any) error) error {
+	type plain HTTPDestination // without this method, so that decoding does not recurse
+	v := plain{Queue: DefaultQueue()}
+	if err := unmarshal(&v); err != nil {
+		return err
 	}
+	*h = HTTPDestination(v)
+	return nil
+}
+
+// UnmarshalYAML: as HTTPDestination's.
+func (f *FileDestination) UnmarshalYAML(unmarshal func(any) error) error {
+	type plain FileDestination
+	v := plain{Queue: DefaultQueue()}
+	if err := unmarshal(&v); err != nil {
+		return err
+	}
+	*f = FileDestination(v)
+	return nil
+}
+
+// fillQueues gives unnamed destinations a name and the HTTP ones their
+// default timeout and owner header. Queues have their defaults already
+// (from UnmarshalYAML, or AddForward).
+func (p *Proxy) fillQueues() {
 	for i := range p.ForwardHTTPDestinations {
 		h := &p.ForwardHTTPDestinations[i]
-		fill(&h.Queue)
 		if h.Name == "" {
 			h.Name = destinationName(h.ForwardURL, i)
 		}
@@ -240,7 +257,6 @@ func (p *Proxy) fillQueues() {
 	}
 	for i := range p.ForwardFileDestinations {
 		f := &p.ForwardFileDestinations[i]
-		fill(&f.Queue)
 		if f.Name == "" {
 			f.Name = fmt.Sprintf("file-%d", i+1)
 		}

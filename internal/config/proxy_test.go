@@ -495,4 +495,17 @@ forwardFileDestinations:
 	if err := p.ValidateProxy(); err == nil || !strings.Contains(err.Error(), "forwardThreadCount") {
 		t.Errorf("explicit forwardThreadCount 0: %v; want it refused, not replaced by the default", err)
 	}
+
+	// A queue of explicit zeros only is taken as given too (it is not "no
+	// queue"), and refused.
+	p, err = LoadProxy(write(t, `forwardHttpDestinations:
+  - forwardUrl: http://h/datafeed
+    queue: {forwardThreadCount: 0, retryDelay: 0, retryDelayGrowthFactor: 0, maxRetryDelay: 0, maxRetryAge: 0, livenessCheckInterval: 0}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ValidateProxy(); err == nil || !strings.Contains(err.Error(), "forwardThreadCount") {
+		t.Errorf("a queue of zeros: %v; want it refused, not replaced by the defaults", err)
+	}
 }
