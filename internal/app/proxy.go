@@ -117,9 +117,17 @@ func (a *App) startProxy(ctx context.Context, cfg config.Proxy, id string, ro *r
 	}
 
 	ro.LogMetaKeys = cfg.LogStream.MetaKeys
-	// Whatever the receipt check mode, a proxy does not decide the type of
-	// a post that names none: the main service knows the feed's default.
+	// Whatever the receipt check mode, a proxy that only forwards to other
+	// services does not decide the type of a post that names none: the
+	// main service knows the feed's default. A file destination has no
+	// service behind it to decide: there a typeless post is Raw Events, as
+	// at a main service that does not know the feed.
 	ro.TypeFromDownstream = true
+	for _, f := range cfg.ForwardFileDestinations {
+		if config.IsEnabled(f.Enabled) {
+			ro.TypeFromDownstream = false
+		}
+	}
 	// Nor does it split a zip's reference groups into streams of their
 	// own: it forwards them as they came, as the reference proxy does, and
 	// the main service stores each as a stream.

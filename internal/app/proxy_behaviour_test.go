@@ -1146,6 +1146,12 @@ func TestProxyFileDestination(t *testing.T) {
 		if !slices.Equal(it.files, []string{"proxy.meta", "proxy.zip"}) {
 			t.Errorf("%s holds %q, want proxy.meta and proxy.zip", it.dir, it.files)
 		}
+		// No service behind a file destination decides a typeless post's
+		// type: the proxy does, as a main service that does not know the
+		// feed would.
+		if typ := it.meta.Value("Type"); typ != "Raw Events" {
+			t.Errorf("%s/proxy.meta Type %q, want Raw Events", it.dir, typ)
+		}
 		var wantNames []string
 		for i := range it.parts {
 			wantNames = append(wantNames, fmt.Sprintf("%010d.meta", i+1), fmt.Sprintf("%010d.dat", i+1))
