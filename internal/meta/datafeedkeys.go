@@ -104,6 +104,12 @@ func (r *Repo) DataFeedKeysForAccount(ctx context.Context, account string) ([]Da
 	return ks, nil
 }
 
+// dataFeedKeysByLookupSQL repeats the partial index's condition
+// (lookup <> ”) so that the planner can use it: neither engine proves it
+// from lookup = $1.
+const dataFeedKeysByLookupSQL = `SELECT ` + dataFeedKeyColumns + ` FROM datafeed_keys
+	WHERE lookup = $1 AND lookup <> '' AND revoked_ms = 0 ORDER BY id`
+
 // DataFeedKeysByLookup returns the keys, not revoked, whose Lookup is
 // lookup (a non-empty one), ordered by id: the candidates for a key
 // presented without its owner.
@@ -111,8 +117,7 @@ func (r *Repo) DataFeedKeysByLookup(ctx context.Context, lookup string) ([]DataF
 	if lookup == "" {
 		return nil, nil
 	}
-	ks, err := r.queryDataFeedKeys(ctx, `SELECT `+dataFeedKeyColumns+` FROM datafeed_keys
-		WHERE lookup = $1 AND revoked_ms = 0 ORDER BY id`, lookup)
+	ks, err := r.queryDataFeedKeys(ctx, dataFeedKeysByLookupSQL, lookup)
 	if err != nil {
 		return nil, fmt.Errorf("data feed keys by lookup: %w", err)
 	}

@@ -3,6 +3,7 @@ package meta
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/weirhq/weir/internal/attr"
@@ -164,6 +165,9 @@ func testDataFeedKeyList(t *testing.T, loc location) {
 	old.Lookup = ""
 	if err := r.CreateDataFeedKey(ctx, old); err != nil {
 		t.Fatalf("CreateDataFeedKey: %v", err)
+	}
+	if plan := queryPlan(t, r, dataFeedKeysByLookupSQL, "l-b"); !strings.Contains(plan, "datafeed_keys_lookup") {
+		t.Errorf("a lookup does not use the index datafeed_keys_lookup:\n%s", plan)
 	}
 	for _, l := range []string{"l-c", "", "l-nothing"} {
 		if ks, err := r.DataFeedKeysByLookup(ctx, l); err != nil || len(ks) != 0 {
