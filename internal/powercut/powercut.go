@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io"
 	"os"
 	"path/filepath"
@@ -48,7 +49,7 @@ func Mount(backing, mountpoint, shadow string) (*FS, error) {
 	if err := syscall.Stat(backing, &st); err != nil {
 		return nil, fmt.Errorf("powercut: stat backing directory: %w", err)
 	}
-	m := &model{backing: backing, shadow: shadow, byIno: map[uint64]*mnode{}}
+	m := &model{backing: backing, shadow: shadow, byKey: map[fileKey]*mnode{}}
 	if err := m.load(); err != nil {
 		return nil, err
 	}
@@ -118,8 +119,8 @@ type model struct {
 	mu        sync.Mutex
 	cut       bool
 	root      *mnode
-	rootIno   uint64
-	byIno     map[uint64]*mnode // the live file each backing inode number is now
+	rootKey   fileKey
+	byKey     map[fileKey]*mnode // the live file each backing (inode, generation) is
 	next      uint64
 	fileSyncs int64
 	dirSyncs  int64
@@ -142,13 +143,31 @@ type op struct {
 	data []byte
 }
 
-func (m *model) newNode(ino uint64, mode os.FileMode) *mnode {
+// fileKey identifies a backing file: its inode number and generation (as
+// the loopback gives it: from the file's birth time), so that a file made
+// on a reused inode number is a new file to the model.
+type fileKey struct{ ino, gen uint64 }
+
+// statKey is the key and mode of the backing file at path (not followed).
+func statKey(path string) (fileKey, uint32, error) {
+	var x unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS|unix.STATX_BTIME, &x); err != nil {
+		return fileKey{}, 0, err
+	}
+	gen := uint64(1) // as the loopback's genFromBtime when there is no birth time
+	if x.Mask&unix.STATX_BTIME != 0 && (x.Btime.Sec != 0 || x.Btime.Nsec != 0) {
+		gen = uint64(x.Btime.Sec)*1e9 + uint64(x.Btime.Nsec)
+	}
+	return fileKey{ino: x.Ino, gen: gen}, uint32(x.Mode), nil
+}
+
+func (m *model) newNode(k fileKey, mode os.FileMode) *mnode {
 	m.next++
 	n := &mnode{id: m.next, dir: mode.IsDir(), mode: mode.Perm()}
 	if n.dir {
 		n.entries = map[string]*mnode{}
 	}
-	m.byIno[ino] = n
+	m.byKey[k] = n
 	return n
 }
 
@@ -160,11 +179,11 @@ func (m *model) shadowPath(n *mnode) string {
 func (m *model) load() error {
 	var walk func(path string) (*mnode, error)
 	walk = func(path string) (*mnode, error) {
-		fi, err := os.Lstat(path)
+		k, mode, err := statKey(path)
 		if err != nil {
 			return nil, err
 		}
-		n := m.newNode(fi.Sys().(*syscall.Stat_t).Ino, fi.Mode())
+		n := m.newNode(k, os.FileMode(mode&0o777)|modeDir(mode))
 		if !n.dir {
 			return n, copyFile(path, m.shadowPath(n))
 		}
@@ -186,20 +205,22 @@ func (m *model) load() error {
 		return fmt.Errorf("powercut: load %s: %w", m.backing, err)
 	}
 	m.root = root
-	for ino, n := range m.byIno {
+	for k, n := range m.byKey {
 		if n == root {
-			m.rootIno = ino
+			m.rootKey = k
 		}
 	}
 	return nil
 }
 
-// created records that ino is a new file or directory (a backing inode
-// number can be reused once its file is gone).
-func (m *model) created(ino uint64, mode uint32) {
+// created records that k is a new file or directory.
+func (m *model) created(k fileKey, mode uint32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.newNode(ino, os.FileMode(mode&0o777)|modeDir(mode))
+	if _, ok := m.byKey[k]; ok {
+		return // a directory sync saw it first, with nothing durable
+	}
+	m.newNode(k, os.FileMode(mode&0o777)|modeDir(mode))
 }
 
 func modeDir(mode uint32) os.FileMode {
@@ -209,37 +230,37 @@ func modeDir(mode uint32) os.FileMode {
 	return 0
 }
 
-// lookup is the live node of ino, made (with nothing durable) if the
-// model has not seen it.
-func (m *model) lookup(ino uint64, mode uint32) *mnode {
-	if n, ok := m.byIno[ino]; ok {
+// lookup is the live node of k, made (with nothing durable) if the model
+// has not seen it.
+func (m *model) lookup(k fileKey, mode uint32) *mnode {
+	if n, ok := m.byKey[k]; ok {
 		return n
 	}
-	return m.newNode(ino, os.FileMode(mode&0o777)|modeDir(mode))
+	return m.newNode(k, os.FileMode(mode&0o777)|modeDir(mode))
 }
 
-func (m *model) wrote(ino uint64, mode uint32, off int64, data []byte) {
+func (m *model) wrote(k fileKey, mode uint32, off int64, data []byte) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n := m.lookup(ino, mode)
+	n := m.lookup(k, mode)
 	n.pending = append(n.pending, op{off: off, data: append([]byte{}, data...)})
 }
 
-func (m *model) truncated(ino uint64, mode uint32, size int64) {
+func (m *model) truncated(k fileKey, mode uint32, size int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n := m.lookup(ino, mode)
+	n := m.lookup(k, mode)
 	n.pending = append(n.pending, op{off: size})
 }
 
 // syncFile makes a file's writes so far durable.
-func (m *model) syncFile(ino uint64, mode uint32) syscall.Errno {
+func (m *model) syncFile(k fileKey, mode uint32) syscall.Errno {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.cut {
 		return syscall.EIO
 	}
-	n := m.lookup(ino, mode)
+	n := m.lookup(k, mode)
 	if len(n.pending) > 0 {
 		f, err := os.OpenFile(m.shadowPath(n), os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
@@ -263,28 +284,27 @@ func (m *model) syncFile(ino uint64, mode uint32) syscall.Errno {
 }
 
 // syncDir makes a directory's entries as they are now durable.
-func (m *model) syncDir(ino uint64, mode uint32, path string) syscall.Errno {
+func (m *model) syncDir(k fileKey, mode uint32, path string) syscall.Errno {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.cut {
 		return syscall.EIO
 	}
-	n := m.lookup(ino, mode)
+	n := m.lookup(k, mode)
 	des, err := os.ReadDir(path)
 	if err != nil {
 		return fs.ToErrno(err)
 	}
 	entries := make(map[string]*mnode, len(des))
 	for _, de := range des {
-		fi, err := de.Info()
+		ck, cmode, err := statKey(filepath.Join(path, de.Name()))
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return fs.ToErrno(err)
 		}
-		st := fi.Sys().(*syscall.Stat_t)
-		entries[de.Name()] = m.lookup(st.Ino, st.Mode)
+		entries[de.Name()] = m.lookup(ck, cmode)
 	}
 	n.entries = entries
 	m.dirSyncs++
@@ -348,15 +368,17 @@ var (
 	_ fs.NodeAllocater      = (*node)(nil)
 	_ fs.NodeCopyFileRanger = (*node)(nil)
 	_ fs.NodeSymlinker      = (*node)(nil)
+	_ fs.NodeTmpfiler       = (*node)(nil)
 )
 
-func (n *node) ino() (uint64, uint32) {
+// key is the node's backing file key and mode.
+func (n *node) key() (fileKey, uint32) {
 	if n.IsRoot() {
 		// The mount's root is FUSE's node 1, not its backing inode.
-		return n.m.rootIno, syscall.S_IFDIR
+		return n.m.rootKey, syscall.S_IFDIR
 	}
 	a := n.StableAttr()
-	return a.Ino, a.Mode
+	return fileKey{ino: a.Ino, gen: a.Gen}, a.Mode
 }
 
 func (n *node) backingPath() string {
@@ -367,7 +389,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	ch, fh, ff, errno := n.LoopbackNode.Create(ctx, name, flags, mode, out)
 	if errno == 0 {
 		a := ch.StableAttr()
-		n.m.created(a.Ino, a.Mode)
+		n.m.created(fileKey{ino: a.Ino, gen: a.Gen}, a.Mode)
 	}
 	return ch, wrap(fh), ff, errno
 }
@@ -378,8 +400,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// The kernel truncates with a setattr before the open, unless the
 		// mount has atomic_o_trunc and leaves it to the open: either way
 		// a truncation (recording it twice is harmless).
-		ino, mode := n.ino()
-		n.m.truncated(ino, mode, 0)
+		k, mode := n.key()
+		n.m.truncated(k, mode, 0)
 	}
 	return wrap(fh), ff, errno
 }
@@ -388,7 +410,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	ch, errno := n.LoopbackNode.Mkdir(ctx, name, mode, out)
 	if errno == 0 {
 		a := ch.StableAttr()
-		n.m.created(a.Ino, a.Mode)
+		n.m.created(fileKey{ino: a.Ino, gen: a.Gen}, a.Mode)
 	}
 	return ch, errno
 }
@@ -397,9 +419,14 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 	ch, errno := n.LoopbackNode.Mknod(ctx, name, mode, rdev, out)
 	if errno == 0 {
 		a := ch.StableAttr()
-		n.m.created(a.Ino, a.Mode)
+		n.m.created(fileKey{ino: a.Ino, gen: a.Gen}, a.Mode)
 	}
 	return ch, errno
+}
+
+// Tmpfile (O_TMPFILE) is refused: the model would not see the file made.
+func (n *node) Tmpfile(context.Context, uint32, uint32, *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	return nil, nil, 0, syscall.EOPNOTSUPP
 }
 
 // Symlink is not modelled (weir makes none).
@@ -414,8 +441,8 @@ func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int6
 	}
 	written, errno := w.Write(ctx, data, off)
 	if written > 0 {
-		ino, mode := n.ino()
-		n.m.wrote(ino, mode, off, data[:written])
+		k, mode := n.key()
+		n.m.wrote(k, mode, off, data[:written])
 	}
 	return written, errno
 }
@@ -436,8 +463,8 @@ func (n *node) Writev(ctx context.Context, f fs.FileHandle, data [][]byte, off i
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	errno := n.LoopbackNode.Setattr(ctx, f, in, out)
 	if size, ok := in.GetSize(); ok && errno == 0 {
-		ino, mode := n.ino()
-		n.m.truncated(ino, mode, int64(size))
+		k, mode := n.key()
+		n.m.truncated(k, mode, int64(size))
 	}
 	return errno
 }
@@ -455,11 +482,11 @@ func (n *node) CopyFileRange(context.Context, fs.FileHandle, uint64, *fs.Inode, 
 // Fsync serves fsync, fdatasync and (for a directory) fsyncdir. The
 // backing files need no sync of their own: the model is the disk.
 func (n *node) Fsync(_ context.Context, _ fs.FileHandle, _ uint32) syscall.Errno {
-	ino, mode := n.ino()
+	k, mode := n.key()
 	if mode&syscall.S_IFMT == syscall.S_IFDIR {
-		return n.m.syncDir(ino, mode, n.backingPath())
+		return n.m.syncDir(k, mode, n.backingPath())
 	}
-	return n.m.syncFile(ino, mode)
+	return n.m.syncFile(k, mode)
 }
 
 // OpendirHandle hides the loopback's method of that name, whose directory

@@ -2,6 +2,7 @@ package powercut
 
 import (
 	"errors"
+	"golang.org/x/sys/unix"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -166,6 +167,12 @@ func TestDurableOnlyWhatWasSynced(t *testing.T) {
 	syncPath(t, mnt)
 	if got := after(t, f, "made/c"); got["made/c"] != "in made" {
 		t.Errorf("after the parent's sync: %v", got)
+	}
+
+	// O_TMPFILE is refused: the model would not see the file.
+	if tf, err := os.OpenFile(sub, os.O_RDWR|unix.O_TMPFILE, 0o600); err == nil {
+		tf.Close()
+		t.Errorf("O_TMPFILE succeeded; the model does not follow such files")
 	}
 
 	// The cut: fsync fails and nothing more becomes durable.
