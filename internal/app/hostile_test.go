@@ -810,6 +810,12 @@ func TestHostileSlowHeaders(t *testing.T) {
 	results := make(chan closed, conns)
 	began := time.Now()
 	for range conns {
+		// From before the dial, not from when the goroutine below first
+		// runs: the server's clock cannot start before the dial does, and
+		// with 200 goroutines (under -race, on a busy machine) one may
+		// start late enough that its own clock makes a timely close look
+		// early.
+		start := time.Now()
 		c, err := net.Dial("tcp", addr(s))
 		if err != nil {
 			t.Fatal(err)
@@ -818,7 +824,6 @@ func TestHostileSlowHeaders(t *testing.T) {
 		_ = c.SetDeadline(time.Now().Add(time.Minute))
 		line := []byte("POST /datafeed HTTP/1.1\r\nHost: x\r\nFeed: " + testFeed + "\r\nX-Slow: " + strings.Repeat("s", 1000))
 		go func() {
-			start := time.Now()
 			for _, b := range line {
 				if _, err := c.Write([]byte{b}); err != nil {
 					break
