@@ -217,25 +217,48 @@ type killCycleStats struct {
 // visible and nothing in flight may be left behind. Three kill cycles run
 // on the same data directory and database.
 func TestKillDuringPosts(t *testing.T) {
+	crashDuringPosts(t, nil)
+}
+
+// crashDuringPosts is TestKillDuringPosts, and with the data directory on
+// a power-cut disk TestPowerCutDuringPosts: each crash cuts the disk's
+// power before the kill, and the server restarts on what the disk held.
+func crashDuringPosts(t *testing.T, disk *powerDisk) {
 	hardDeadline := time.Now().Add(7 * time.Minute)
 	ctx, cancel := context.WithDeadline(context.Background(), hardDeadline)
 	defer cancel()
 
+	crash := "kill"
 	e := newEnv(t)
+	if disk != nil {
+		crash = "power cut"
+		e.data = disk.dir
+	}
 	e.mustAdmin("feed", "create", killFeed)
 	ledger := &killLedger{pool: newKillPool(), sent: map[string]bool{}, receipts: map[string]string{}}
 	srv := e.startServer()
 	var totalCutOff int64
 	for cycle := 1; cycle <= killCycles; cycle++ {
 		before := len(ledger.receipts)
-		st := runKillCycle(ctx, t, e, srv, ledger, cycle, srv.kill)
+		st := runKillCycle(ctx, t, e, srv, ledger, cycle, func() {
+			if disk != nil {
+				disk.cut()
+			}
+			srv.kill()
+		})
 		totalCutOff += st.cutOff
 		if st.receipts == 0 {
-			t.Errorf("cycle %d: no post was acknowledged before the kill", cycle)
+			t.Errorf("cycle %d: no post was acknowledged before the %s", cycle, crash)
+		}
+		syncs := ""
+		if disk != nil {
+			// The machine comes back with what its disk held.
+			files, dirs := disk.restore()
+			syncs = fmt.Sprintf("%d file and %d directory syncs before the cut; ", files, dirs)
 		}
 
 		// The restart must be clean: the server starts, recovers what the
-		// kill left and is ready.
+		// crash left and is ready.
 		start := time.Now()
 		srv = e.startServer()
 		restart := time.Since(start)
@@ -244,16 +267,16 @@ func TestKillDuringPosts(t *testing.T) {
 		start = time.Now()
 		streams := verifyKillStore(t, e, ledger)
 		verifyKillSample(t, e, ledger, ledger.order[before:])
-		t.Logf("cycle %d: %d posts attempted (%d MiB sent), %d acknowledged, %d cut off by the kill (in flight at SIGKILL: %d by the clients' count, %d by the server's gauge), posting for %s; "+
-			"restart %s, %d incomplete stream(s) removed at start; verified %d receipts in all (%d streams) byte-exact in %s",
-			cycle, st.attempted, st.sentBytes>>20, st.receipts, st.cutOff, st.inflightAtKill, st.serverInflight, st.elapsed.Round(time.Millisecond),
-			restart.Round(time.Millisecond), removed, len(ledger.receipts), streams, time.Since(start).Round(time.Millisecond))
+		t.Logf("cycle %d: %d posts attempted (%d MiB sent), %d acknowledged, %d cut off by the %s (in flight: %d by the clients' count, %d by the server's gauge), posting for %s; "+
+			"%srestart %s, %d incomplete stream(s) removed at start; verified %d receipts in all (%d streams) byte-exact in %s",
+			cycle, st.attempted, st.sentBytes>>20, st.receipts, st.cutOff, crash, st.inflightAtKill, st.serverInflight, st.elapsed.Round(time.Millisecond),
+			syncs, restart.Round(time.Millisecond), removed, len(ledger.receipts), streams, time.Since(start).Round(time.Millisecond))
 		if t.Failed() || ctx.Err() != nil {
 			break
 		}
 	}
 	if totalCutOff == 0 && !t.Failed() {
-		t.Errorf("no post was in flight at any of the kills: the test did not exercise a crash during posts")
+		t.Errorf("no post was in flight at any %s: the test did not exercise a crash during posts", crash)
 	}
 	if code := srv.terminate(); code != 0 {
 		t.Errorf("weir serve exited with %d after SIGTERM, want 0", code)

@@ -1,18 +1,13 @@
 package main_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/weirhq/weir/internal/powercut"
 )
-
-// powerCutCycles is how many times TestPowerCutDuringPosts cuts the power.
-const powerCutCycles = 3
 
 // powerDisk is a data directory on a power-cut filesystem
 // (internal/powercut) that the test can cut and bring back: dir is the
@@ -94,51 +89,7 @@ func (d *powerDisk) restore() (files, dirs int64) {
 // byte-exact stream, with nothing partial visible. Three cuts, each on the
 // state the previous one left.
 func TestPowerCutDuringPosts(t *testing.T) {
-	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(7*time.Minute))
-	defer cancel()
-
-	disk := newPowerDisk(t)
-	e := newEnv(t)
-	e.data = disk.dir
-	e.mustAdmin("feed", "create", killFeed)
-	ledger := &killLedger{pool: newKillPool(), sent: map[string]bool{}, receipts: map[string]string{}}
-	srv := e.startServer()
-	var totalCutOff int64
-	for cycle := 1; cycle <= powerCutCycles; cycle++ {
-		before := len(ledger.receipts)
-		st := runKillCycle(ctx, t, e, srv, ledger, cycle, func() {
-			disk.cut()
-			srv.kill()
-		})
-		totalCutOff += st.cutOff
-		if st.receipts == 0 {
-			t.Errorf("cycle %d: no post was acknowledged before the power cut", cycle)
-		}
-		files, dirs := disk.restore()
-		start := time.Now()
-		srv = e.startServer()
-		restart := time.Since(start)
-		removed := removedAtStart(srv.logs.String())
-
-		streams := verifyKillStore(t, e, ledger)
-		verifyKillSample(t, e, ledger, ledger.order[before:])
-		t.Logf("cycle %d: %d posts attempted (%d MiB sent), %d acknowledged, %d cut off by the power cut (in flight: %d by the clients' count, %d by the server's gauge), posting for %s; "+
-			"%d file and %d directory syncs before the cut; restart %s, %d incomplete stream(s) removed at start; %d receipts in all (%d streams) byte-exact",
-			cycle, st.attempted, st.sentBytes>>20, st.receipts, st.cutOff, st.inflightAtKill, st.serverInflight, st.elapsed.Round(time.Millisecond),
-			files, dirs, restart.Round(time.Millisecond), removed, len(ledger.receipts), streams)
-		if t.Failed() || ctx.Err() != nil {
-			break
-		}
-	}
-	if totalCutOff == 0 && !t.Failed() {
-		t.Errorf("no post was in flight at any of the power cuts: the test did not exercise one during posts")
-	}
-	if code := srv.terminate(); code != 0 {
-		t.Errorf("weir serve exited with %d after SIGTERM, want 0", code)
-	}
-	if ctx.Err() != nil {
-		t.Fatalf("the test ran into its hard deadline")
-	}
+	crashDuringPosts(t, newPowerDisk(t))
 }
 
 // TestProxyPowerCutDuringReceipt is TestProxyKillDuringReceipt with the

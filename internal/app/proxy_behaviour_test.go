@@ -998,6 +998,21 @@ func TestProxyPoisonItemDoesNotBlock(t *testing.T) {
 	}
 }
 
+// pxWaitFailed waits until the proxy holds one item for dest in the
+// failure area and returns it.
+func pxWaitFailed(t *testing.T, px *apptest.Server, dest string) meta.Forward {
+	t.Helper()
+	var f meta.Forward
+	apptest.WaitFor(t, "the item in the failure area", func() bool {
+		fs := pxForwards(t, px, meta.ForwardFilter{Destination: dest, State: meta.ForwardFailed})
+		if len(fs) == 1 {
+			f = fs[0]
+		}
+		return len(fs) == 1
+	})
+	return f
+}
+
 // TestProxyMaxRetryAge: an item that keeps failing (500, which is not
 // permanent) goes to the failure area once it has failed for longer than
 // maxRetryAge, with one error log line per attempt.
@@ -1009,14 +1024,7 @@ func TestProxyMaxRetryAge(t *testing.T) {
 	}, fake.URL+"/datafeed")
 	dest := pxDestName(t, px, 0)
 	pxPost(t, px, testFeed, "too old\n")
-	var f meta.Forward
-	apptest.WaitFor(t, "the item in the failure area", func() bool {
-		fs := pxForwards(t, px, meta.ForwardFilter{Destination: dest, State: meta.ForwardFailed})
-		if len(fs) == 1 {
-			f = fs[0]
-		}
-		return len(fs) == 1
-	})
+	f := pxWaitFailed(t, px, dest)
 	if f.Attempts < 2 || f.LastMs-f.FirstMs < 500 || f.LastStatus != 999 ||
 		strings.Count(f.ErrorLog, "\n") != f.Attempts || !strings.Contains(f.ErrorLog, fmt.Sprintf("attempt %d", f.Attempts)) {
 		t.Errorf("failed forward: %+v; want several attempts over at least maxRetryAge, each logged", f)
@@ -1047,14 +1055,7 @@ func TestProxyMaxRetryAgeZero(t *testing.T) {
 	}, fake.URL+"/datafeed")
 	dest := pxDestName(t, px, 0)
 	pxPost(t, px, testFeed, "no retries\n")
-	var f meta.Forward
-	apptest.WaitFor(t, "the item in the failure area", func() bool {
-		fs := pxForwards(t, px, meta.ForwardFilter{Destination: dest, State: meta.ForwardFailed})
-		if len(fs) == 1 {
-			f = fs[0]
-		}
-		return len(fs) == 1
-	})
+	f := pxWaitFailed(t, px, dest)
 	if f.Attempts != 1 || f.LastStatus != 999 || strings.Count(f.ErrorLog, "\n") != 1 {
 		t.Errorf("failed forward: %+v; want one logged attempt", f)
 	}
