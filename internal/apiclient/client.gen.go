@@ -837,7 +837,7 @@ type ExpressionItem struct {
 	// Enabled false: the item is ignored, as if absent (default true)
 	Enabled *bool `json:"enabled,omitempty"`
 
-	// Field Terms only: Id, Feed, Type, Status, Create Time, Effective Time, Status Time, Receipt Id, Parts, Raw Size, File Size, or attribute:<name> (attribute names match in any case)
+	// Field Terms only: Id, Feed, Type, Status, Create Time, Effective Time, Status Time, Receipt Id, Parts, Raw Size, File Size, or attribute:<name> (attribute names match in any case). Receipt Id also matches the ids earlier hops (proxies) gave the stream's parts (their ReceiptIdPath), except in IS_NULL and IS_NOT_NULL
 	Field *string `json:"field,omitempty"`
 
 	// Op Operators only: how the children combine (default AND). NOT negates the AND of its children.

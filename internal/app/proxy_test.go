@@ -94,6 +94,17 @@ func TestProxyChain(t *testing.T) {
 	if len(parts) != n {
 		t.Fatalf("%d parts stored, want %d", len(parts), n)
 	}
+	analyst := user(t, main, "chain-analyst", []string{access.Administrator}, nil)
+	// findOne asks the main service's API for the streams holding receipt
+	// id rid, as an operator would with the id a sender reports.
+	findOne := func(rid string) int64 {
+		t.Helper()
+		p := sxFind(t, analyst, `{"expression":`+sxTerm("Receipt Id", "EQUALS", rid)+`}`)
+		if len(p.Streams) != 1 {
+			t.Fatalf("find Receipt Id = %s: streams %v, want one", rid, p.ids())
+		}
+		return p.Streams[0].ID
+	}
 	for _, p := range parts {
 		path := strings.Split(p.meta.Value("ReceiptIdPath"), ",")
 		if len(path) != 3 {
@@ -109,6 +120,13 @@ func TestProxyChain(t *testing.T) {
 		}
 		if p.meta.Value("ReceiptId") != path[2] {
 			t.Errorf("stream %d: ReceiptId %q, want the main service's %q", p.stream, p.meta.Value("ReceiptId"), path[2])
+		}
+		// Every hop's id finds the stream: the sender's, the second
+		// proxy's and the main service's own.
+		for _, rid := range path {
+			if got := findOne(rid); got != p.stream {
+				t.Errorf("find Receipt Id = %s: stream %d, want %d", rid, got, p.stream)
+			}
 		}
 		if string(p.data) != data {
 			t.Errorf("stream %d: data %q, want %q", p.stream, p.data, data)

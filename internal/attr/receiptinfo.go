@@ -1,6 +1,7 @@
 package attr
 
 import (
+	"slices"
 	"strings"
 	"time"
 )
@@ -85,6 +86,37 @@ func MergeEntry(base, entry *Map, h Hop) *Map {
 	}
 	trim(KeyReceivedPath, h.Host)
 	AddReceiptInfo(out, h)
+	return out
+}
+
+// MaxEarlierReceiptIDs bounds what EarlierReceiptIDs returns for one set of
+// attributes: a deployment has a few hops, and a sender controls the path.
+const MaxEarlierReceiptIDs = 16
+
+// EarlierReceiptIDs returns the receipt ids that hops before this one gave
+// the data m describes: the elements of its ReceiptIdPath other than its
+// ReceiptId (this hop's), oldest first, each once. Elements that cannot be
+// receipt ids (longer than 128 bytes, or holding spaces or controls) are
+// left out, and at most MaxEarlierReceiptIDs are returned: the oldest,
+// which include the one the original sender was given.
+func EarlierReceiptIDs(m *Map) []string {
+	path := m.Value(KeyReceiptIDPath)
+	if path == "" {
+		return nil
+	}
+	self := m.Value(KeyReceiptID)
+	var out []string
+	for e := range strings.SplitSeq(path, ",") {
+		e = strings.TrimSpace(e)
+		if e == "" || e == self || len(e) > 128 || strings.ContainsFunc(e, func(r rune) bool { return r <= ' ' || r == 0x7f }) ||
+			slices.Contains(out, e) {
+			continue
+		}
+		out = append(out, e)
+		if len(out) == MaxEarlierReceiptIDs {
+			break
+		}
+	}
 	return out
 }
 

@@ -2,6 +2,9 @@ package attr
 
 import (
 	"reflect"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -182,6 +185,38 @@ func TestAppendListItem(t *testing.T) {
 	} {
 		if got := AppendListItem(tc.list, tc.item); got != tc.want {
 			t.Errorf("AppendListItem(%q, %q) = %q, want %q", tc.list, tc.item, got, tc.want)
+		}
+	}
+}
+
+func TestEarlierReceiptIDs(t *testing.T) {
+	long := strings.Repeat("x", 129)
+	many := make([]string, MaxEarlierReceiptIDs+3)
+	for i := range many {
+		many[i] = "p" + strconv.Itoa(i)
+	}
+	cases := []struct {
+		path, self string
+		want       []string
+	}{
+		{"", "", nil},
+		{"main", "main", nil}, // a post straight to this hop
+		{"edge,proxy,main", "main", []string{"edge", "proxy"}}, // oldest first
+		{" edge , ,edge,main", "main", []string{"edge"}},       // blanks and repeats
+		{"a b,c\x00d,e\tf," + long + ",ok,main", "main", []string{"ok"}},
+		{"edge,main,proxy", "main", []string{"edge", "proxy"}}, // wherever this hop's id is
+		{strings.Join(many, ",") + ",main", "main", many[:MaxEarlierReceiptIDs]},
+	}
+	for _, c := range cases {
+		m := &Map{}
+		if c.path != "" {
+			m.Put(KeyReceiptIDPath, c.path)
+		}
+		if c.self != "" {
+			m.Put(KeyReceiptID, c.self)
+		}
+		if got := EarlierReceiptIDs(m); !slices.Equal(got, c.want) {
+			t.Errorf("EarlierReceiptIDs(path %q, id %q) = %q, want %q", c.path, c.self, got, c.want)
 		}
 	}
 }

@@ -64,6 +64,7 @@ func runSuite(t *testing.T, ec engineCase) {
 		{"ListStreams", testListStreams},
 		{"LockedStreams", testLockedStreams},
 		{"ApplyPacked", testApplyPacked},
+		{"HopReceipts", testHopReceipts},
 		{"ConcurrentApply", testConcurrentApply},
 		{"Reopen", testReopen},
 		{"ConcurrentOpen", testConcurrentOpen},
@@ -257,7 +258,7 @@ func testApplyCreate(t *testing.T, loc location) {
 			t.Errorf("stream %d attributes = %v, want empty non-nil", s.ID, got.Attributes)
 		}
 		got.Attributes = nil
-		if want := *s; got != want {
+		if want := *s; !reflect.DeepEqual(got, want) {
 			t.Errorf("GetStream(%d) = %+v, want %+v", s.ID, got, want)
 		}
 	}
@@ -598,6 +599,67 @@ func testApplyPacked(t *testing.T, loc location) {
 	check(dup)
 	if got, _ := r.GetStream(ctx, locked.ID); got.Status != Unlocked {
 		t.Errorf("the stream unlocked with the packed batch is %s", got.Status)
+	}
+}
+
+// testHopReceipts: the receipt ids earlier hops gave a stream's parts are
+// recorded with packed streams, repeats and all, found by a Receipt Id
+// query through the index, and removed with their stream.
+func testHopReceipts(t *testing.T, loc location) {
+	ctx := t.Context()
+	r := openRepo(t, loc)
+	a := newStream("P", "node-a", "main-1")
+	a.Pack, a.PackOffset = "packs/0", 0
+	// Two parts from one proxy post (a zip of two groups) share an id.
+	a.HopReceiptIDs = []string{"edge-1", "proxy-1", "edge-1", "proxy-2"}
+	b := newStream("P", "node-a", "main-1")
+	b.Pack, b.PackOffset = "packs/0", 100
+	b.HopReceiptIDs = []string{"edge-1"}
+	c := newStream("P", "node-a", "main-1")
+	c.Pack, c.PackOffset = "packs/0", 200
+	apply(t, r, &Batch{Packed: []*Stream{a, b, c}})
+
+	find := func(id string) []int64 {
+		t.Helper()
+		page, err := r.FindStreams(ctx, StreamQuery{Expr: mustExpr(t, tm("Receipt Id", "EQUALS", id))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, s := range page.Streams {
+			ids = append(ids, s.ID)
+		}
+		return ids
+	}
+	if got := find("edge-1"); !slices.Equal(got, []int64{a.ID, b.ID}) {
+		t.Errorf("Receipt Id = edge-1 found %v, want %v", got, []int64{a.ID, b.ID})
+	}
+	if got := find("proxy-2"); !slices.Equal(got, []int64{a.ID}) {
+		t.Errorf("Receipt Id = proxy-2 found %v, want %v", got, []int64{a.ID})
+	}
+	if got := find("main-1"); !slices.Equal(got, []int64{a.ID, b.ID, c.ID}) {
+		t.Errorf("Receipt Id = main-1 (their own) found %v", got)
+	}
+	count := func() int {
+		t.Helper()
+		var n int
+		if err := r.db.QueryRowContext(ctx, `SELECT count(*) FROM stream_receipts`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(); n != 4 {
+		t.Errorf("%d rows in stream_receipts, want 4 (repeats kept once per stream)", n)
+	}
+	plan := queryPlan(t, r, `SELECT stream_id FROM stream_receipts WHERE receipt_id = $1`, "edge-1")
+	// SQLite: SEARCH stream_receipts USING PRIMARY KEY (receipt_id=?);
+	// PostgreSQL: an index (only) scan using stream_receipts_pkey.
+	if !strings.Contains(plan, "SEARCH stream_receipts USING PRIMARY KEY") && !strings.Contains(plan, "stream_receipts_pkey") {
+		t.Errorf("a lookup by receipt id does not use the primary key:\n%s", plan)
+	}
+	apply(t, r, &Batch{Delete: []int64{a.ID}})
+	if n := count(); n != 1 {
+		t.Errorf("%d rows in stream_receipts after deleting the stream with 3, want 1", n)
 	}
 }
 

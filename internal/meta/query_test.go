@@ -32,14 +32,15 @@ func newQueryFixture(t *testing.T, loc location) *queryFixture {
 		raw, file   int64
 		attrs       []string
 		status      Status
+		hops        []string // earlier hops' receipt ids
 	}{
-		{"FEED-A", "Raw Events", 1000, 5000, "r0", 1, 100, 50, []string{"System", "alpha", "Count", "5", "When", "2024-01-01T00:00:00.000Z"}, Unlocked},
-		{"FEED-B", "Raw Reference", 2000, 4000, "r1", 2, 200, 80, []string{"SYSTEM", "beta", "count", "-3"}, Unlocked},
-		{"FEED-A", "Events", 3000, 0, "", 3, 300, 120, []string{"system", "alphabet", "Count", "40", "When", "2023-06-01T00:00:00.000Z"}, Deleted},
-		{"FEED-C", "Raw Events", 4000, 1000, "r3", 1, 0, 0, []string{"Note", "x*y"}, Unlocked},
-		{"FEED-A", "", 5000, 3000, "r4", 0, 0, 0, nil, Locked},
-		{"FEED-B", "Raw Events", 6000, 2000, "r5", 1, 600, 0, []string{"Count", "abc"}, Unlocked},
-		{"FEED-a", "Raw Events", 7000, 6000, "r6", 1, 700, 70, nil, Unlocked},
+		{"FEED-A", "Raw Events", 1000, 5000, "r0", 1, 100, 50, []string{"System", "alpha", "Count", "5", "When", "2024-01-01T00:00:00.000Z"}, Unlocked, nil},
+		{"FEED-B", "Raw Reference", 2000, 4000, "r1", 2, 200, 80, []string{"SYSTEM", "beta", "count", "-3"}, Unlocked, []string{"p1a", "p1b"}},
+		{"FEED-A", "Events", 3000, 0, "", 3, 300, 120, []string{"system", "alphabet", "Count", "40", "When", "2023-06-01T00:00:00.000Z"}, Deleted, []string{"p2"}},
+		{"FEED-C", "Raw Events", 4000, 1000, "r3", 1, 0, 0, []string{"Note", "x*y"}, Unlocked, nil},
+		{"FEED-A", "", 5000, 3000, "r4", 0, 0, 0, nil, Locked, nil},
+		{"FEED-B", "Raw Events", 6000, 2000, "r5", 1, 600, 0, []string{"Count", "abc"}, Unlocked, []string{"p1a"}},
+		{"FEED-a", "Raw Events", 7000, 6000, "r6", 1, 700, 70, nil, Unlocked, nil},
 	}
 	var create, unlock []*Stream
 	for _, row := range rows {
@@ -48,7 +49,8 @@ func newQueryFixture(t *testing.T, loc location) *queryFixture {
 			a.Put(row.attrs[i], row.attrs[i+1])
 		}
 		s := &Stream{Feed: row.feed, Type: row.typ, CreateMs: row.create, EffectiveMs: row.eff, Node: "n",
-			ReceiptID: row.rcpt, Parts: row.parts, RawSize: row.raw, FileSize: row.file, Attributes: a}
+			ReceiptID: row.rcpt, Parts: row.parts, RawSize: row.raw, FileSize: row.file, Attributes: a,
+			HopReceiptIDs: row.hops}
 		create = append(create, s)
 		if row.status != Locked {
 			unlock = append(unlock, s)
@@ -181,6 +183,15 @@ func testFindFilters(t *testing.T, loc location) {
 		{tm("Receipt Id", "CONTAINS", "6"), []int{6}},
 		{tm("Receipt Id", "ENDS_WITH", "3"), []int{3}},
 		{tm("Receipt Id", "IN", "r0,r5"), []int{0, 5}},
+		// ... and the ids earlier hops gave a stream's parts.
+		{tm("Receipt Id", "EQUALS", "p1a"), []int{1, 5}},
+		{tm("Receipt Id", "EQUALS", "p2"), []int{2}},
+		{tm("Receipt Id", "NOT_EQUALS", "p1a"), []int{0, 3, 4, 6}},
+		{tm("Receipt Id", "STARTS_WITH", "p1"), []int{1, 5}},
+		{tm("Receipt Id", "IN", "p2,r0"), []int{0, 2}},
+		{tm("Receipt Id", "CONTAINS", "1b"), []int{1}},
+		{tm("Receipt Id", "ENDS_WITH", "a"), []int{1, 5}},
+		{opn("NOT", tm("Receipt Id", "EQUALS", "p1b")), []int{0, 2, 3, 4, 5, 6}},
 		// Sizes
 		{tm("Parts", "EQUALS", "1"), []int{0, 3, 5, 6}},
 		{tm("Parts", "NOT_EQUALS", "1"), []int{1, 2, 4}},

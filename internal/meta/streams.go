@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -37,6 +38,11 @@ type Stream struct {
 	Attributes  *attr.Map
 	Pack        string // the pack file holding the stream (relative to the store root); "" for a file of its own
 	PackOffset  int64  // where the stream starts in its pack
+	// HopReceiptIDs are the receipt ids earlier hops (proxies) gave the
+	// data this stream holds, from its parts' ReceiptIdPath; a query on
+	// Receipt Id finds the stream by any of them. Apply records them with
+	// Packed and Unlock streams; they are not read back with the stream.
+	HopReceiptIDs []string
 }
 
 // IsReferenceType reports whether streams of a type hold reference data,
@@ -110,6 +116,7 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 	}
 	packedAttrs := make([]string, len(b.Packed))
 	packedIDs := make([]int64, len(b.Packed))
+	unlockIDs := make([]int64, len(b.Unlock))
 	for i, s := range b.Packed {
 		a, err := attrsJSON(s.Attributes)
 		if err != nil {
@@ -167,6 +174,7 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 						id = ids[j].id
 					}
 				}
+				unlockIDs[i] = id
 				res, err := stmt.ExecContext(ctx, string(Unlocked), now, s.Parts, s.RawSize, s.FileSize,
 					unlockAttrs[i], id, string(Locked))
 				if err != nil {
@@ -180,6 +188,9 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 					return r.explainUnlockMiss(ctx, tx, id)
 				}
 			}
+		}
+		if err := r.insertHopReceipts(ctx, tx, b, packedIDs, unlockIDs); err != nil {
+			return err
 		}
 		if len(b.Delete) > 0 {
 			stmt, err := r.txStmt(ctx, tx, `DELETE FROM streams WHERE id = $1`)
@@ -295,6 +306,56 @@ func (r *Repo) insertPacked(ctx context.Context, tx *sql.Tx, ss []*Stream, attrs
 			return err
 		}
 		start += n
+	}
+	return nil
+}
+
+// maxHopReceipts bounds the earlier hops' receipt ids recorded for one
+// stream: a zip's parts each carry their own path, and a sender controls
+// what its parts' ReceiptIdPath says.
+const maxHopReceipts = 20_000
+
+// insertHopReceipts records the HopReceiptIDs of b's Packed and Unlock
+// streams (whose ids are packedIDs and unlockIDs) in stream_receipts, all
+// in one statement: the pairs travel as one JSON array, so no count of
+// them comes near the engines' parameter limits, and only streams that
+// came through a proxy have any.
+func (r *Repo) insertHopReceipts(ctx context.Context, tx *sql.Tx, b *Batch, packedIDs, unlockIDs []int64) error {
+	var pairs []any
+	add := func(ss []*Stream, ids []int64) {
+		for i, s := range ss {
+			for j, rid := range s.HopReceiptIDs {
+				if j == maxHopReceipts {
+					break
+				}
+				pairs = append(pairs, []any{rid, ids[i]})
+			}
+		}
+	}
+	add(b.Packed, packedIDs)
+	add(b.Unlock, unlockIDs)
+	if len(pairs) == 0 {
+		return nil
+	}
+	js, err := json.Marshal(pairs)
+	if err != nil {
+		return fmt.Errorf("record earlier hops' receipt ids: %w", err)
+	}
+	q := `INSERT INTO stream_receipts (receipt_id, stream_id)
+		SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each($1) WHERE true
+		ON CONFLICT DO NOTHING`
+	if r.engine == enginePostgres {
+		q = `INSERT INTO stream_receipts (receipt_id, stream_id)
+		SELECT e->>0, (e->>1)::bigint FROM json_array_elements($1::json) AS e
+		ON CONFLICT DO NOTHING`
+	}
+	stmt, err := r.txStmt(ctx, tx, q)
+	if err != nil {
+		return fmt.Errorf("prepare recording of earlier hops' receipt ids: %w", err)
+	}
+	defer stmt.Close()
+	if _, err := stmt.ExecContext(ctx, string(js)); err != nil {
+		return fmt.Errorf("record %d earlier hops' receipt ids: %w", len(pairs), err)
 	}
 	return nil
 }

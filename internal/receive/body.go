@@ -287,5 +287,8 @@ func (p *post) writeMeta(sw *store.Writer, part int, a *attr.Map) error {
 	if err := w.Close(); err != nil {
 		return storeError(fmt.Errorf("meta data: %w", err))
 	}
+	// Data that came through proxies can be found by the receipt ids they
+	// gave it, not only by this hop's.
+	sw.AddHopReceiptIDs(attr.EarlierReceiptIDs(a))
 	return nil
 }

@@ -420,6 +420,12 @@ func (w *Writer) SectionSize(ch streamfile.Channel, part int) int64 {
 	return w.sf.SectionSize(ch, part)
 }
 
+// AddHopReceiptIDs records receipt ids that earlier hops gave data in the
+// stream (see meta.Stream.HopReceiptIDs); call it before Commit.
+func (w *Writer) AddHopReceiptIDs(ids []string) {
+	w.row.HopReceiptIDs = append(w.row.HopReceiptIDs, ids...)
+}
+
 // SetAttributes sets the stream-level attributes stored in its row.
 func (w *Writer) SetAttributes(a *attr.Map) { w.attrs = a }
 

@@ -26,7 +26,7 @@ type ExpressionItem struct {
 	Op        string           `json:"op,omitempty" enum:"AND,OR,NOT" doc:"Operators only: how the children combine (default AND). NOT negates the AND of its children."`
 	Enabled   *bool            `json:"enabled,omitempty" doc:"false: the item is ignored, as if absent (default true)"`
 	Children  []ExpressionItem `json:"children,omitempty" doc:"Operators only. An operator without enabled children places no condition."`
-	Field     string           `json:"field,omitempty" doc:"Terms only: Id, Feed, Type, Status, Create Time, Effective Time, Status Time, Receipt Id, Parts, Raw Size, File Size, or attribute:<name> (attribute names match in any case)"`
+	Field     string           `json:"field,omitempty" doc:"Terms only: Id, Feed, Type, Status, Create Time, Effective Time, Status Time, Receipt Id, Parts, Raw Size, File Size, or attribute:<name> (attribute names match in any case). Receipt Id also matches the ids earlier hops (proxies) gave the stream's parts (their ReceiptIdPath), except in IS_NULL and IS_NOT_NULL"`
 	Condition string           `json:"condition,omitempty" enum:"EQUALS,NOT_EQUALS,CONTAINS,STARTS_WITH,ENDS_WITH,GREATER_THAN,GREATER_THAN_OR_EQUAL_TO,LESS_THAN,LESS_THAN_OR_EQUAL_TO,BETWEEN,IN,IS_NULL,IS_NOT_NULL" doc:"Terms only"`
 	Value     string           `json:"value,omitempty" doc:"Terms only. Dates as yyyy-MM-ddTHH:mm:ss.SSSZ (UTC) or epoch milliseconds; BETWEEN takes 'low,high' (inclusive); IN a comma-separated list; IS_NULL and IS_NOT_NULL none."`
 }
@@ -102,6 +102,10 @@ type field struct {
 	// wildcard: EQUALS and NOT_EQUALS treat '*' in the value as "any
 	// characters", as the reference system does for feed names.
 	wildcard bool
+	// hops: the field also matches the receipt ids earlier hops gave the
+	// stream's parts (table stream_receipts), except in IS_NULL and
+	// IS_NOT_NULL, which ask about the stream's own.
+	hops bool
 }
 
 // fieldNames lists the fixed fields, for error messages.
@@ -126,7 +130,7 @@ func lookupField(name string) (field, bool) {
 	case "status time":
 		return field{name: "Status Time", column: "status_ms", kind: kindDate}, true
 	case "receipt id":
-		return field{name: "Receipt Id", column: "receipt_id", kind: kindText, emptyIsNull: true}, true
+		return field{name: "Receipt Id", column: "receipt_id", kind: kindText, emptyIsNull: true, hops: true}, true
 	case "parts":
 		return field{name: "Parts", column: "parts", kind: kindInt}, true
 	case "raw size":

@@ -38,7 +38,9 @@ func FuzzParseJSON(f *testing.F) {
 		receipt_id TEXT NOT NULL, parts INTEGER NOT NULL, raw_size INTEGER NOT NULL, file_size INTEGER NOT NULL,
 		attributes TEXT NOT NULL);
 		INSERT INTO streams VALUES (1, 'A', 'Raw Events', 'UNLOCKED', 1, 1, 1, 'r', 1, 5, 9, '{"x":"5","d":"2024-02-01T00:00:00.000Z","s":"abc"}'),
-			(2, 'B', '', 'DELETED', 2, 0, 3, '', 2, 0, 0, '{}')`); err != nil {
+			(2, 'B', '', 'DELETED', 2, 0, 3, '', 2, 0, 0, '{}');
+		CREATE TABLE stream_receipts (receipt_id TEXT NOT NULL, stream_id INTEGER NOT NULL, PRIMARY KEY (receipt_id, stream_id));
+		INSERT INTO stream_receipts VALUES ('p1', 1), ('p2', 2)`); err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

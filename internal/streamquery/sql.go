@@ -94,6 +94,10 @@ func (b *builder) cond(c cond) {
 			b.attrTerm(c)
 			return
 		}
+		if c.f.hops && c.c != IsNull && c.c != IsNotNull {
+			b.hopsTerm(c)
+			return
+		}
 		b.w("(")
 		if c.f.emptyIsNull && c.c != IsNull && c.c != IsNotNull {
 			// The zero value stands for "none", which, like SQL's NULL,
@@ -103,6 +107,28 @@ func (b *builder) cond(c cond) {
 		b.compare(c, c.f.column, c.vk, false)
 		b.w(")")
 	}
+}
+
+// hopsTerm writes a Receipt Id term that matches the stream's own receipt
+// id or any that an earlier hop gave one of its parts. NOT_EQUALS is the
+// negation of EQUALS over both, so a stream that holds the id in any part
+// is not "not equal" to it.
+func (b *builder) hopsTerm(t term) {
+	if t.c == NotEquals {
+		eq := t
+		eq.c = Equals
+		b.w("(", t.f.column, " <> ", t.f.zero(), " AND NOT ")
+		b.hopsTerm(eq)
+		b.w(")")
+		return
+	}
+	b.w("((", t.f.column, " <> ", t.f.zero(), " AND ")
+	b.compare(t, t.f.column, t.vk, false)
+	// Not correlated: the engine runs the subquery once (by the index on
+	// receipt_id for EQUALS and IN) and probes its result per stream.
+	b.w(") OR streams.id IN (SELECT stream_id FROM stream_receipts WHERE ")
+	b.compare(t, "stream_receipts.receipt_id", t.vk, false)
+	b.w("))")
 }
 
 // InJSON is "expr IN (the elements of the JSON array bound at ph)": one
