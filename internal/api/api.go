@@ -93,7 +93,7 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 	cfg.Servers = []*huma.Server{{URL: d.BasePath + "/api"}}
 	s := &server{Deps: d, slots: make(chan struct{}, max(d.Config.API.MaxConcurrentRequests, 1))}
 	s.api = humago.NewWithPrefix(mux, "/api", cfg)
-	s.api.UseMiddleware(s.limit, s.authenticate)
+	s.api.UseMiddleware(s.headerLimit, s.limit, s.authenticate)
 	s.registerAccount()
 	s.registerFeeds()
 	s.registerFeedStatus()
@@ -113,6 +113,19 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 		mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/api/"+doc, nil))
 	}
 	return &Server{s}, nil
+}
+
+// headerLimit answers 431 to a call whose request line and headers are
+// over receive.maxHeaderBytes, the limit the datafeed applies too (the
+// server reads up to twice that, so that this answer can say why).
+func (s *server) headerLimit(ctx huma.Context, next func(huma.Context)) {
+	r, _ := humago.Unwrap(ctx)
+	if n, limit := receive.HeaderBytes(r), int(s.Config.Receive.MaxHeaderBytes); limit > 0 && n > limit {
+		_ = huma.WriteErr(s.api, ctx, http.StatusRequestHeaderFieldsTooLarge,
+			fmt.Sprintf("the request line and headers take about %d bytes, more than receive.maxHeaderBytes (%s)", n, s.Config.Receive.MaxHeaderBytes))
+		return
+	}
+	next(ctx)
 }
 
 // limit answers 503 with Retry-After when api.maxConcurrentRequests calls

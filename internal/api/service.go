@@ -228,7 +228,8 @@ func datafeedDescription() string {
 		}
 		fmt.Fprintf(&b, "| %d | %d | %s |\n", c, c.HTTPStatus(), c.Text())
 	}
-	b.WriteString("\nHeaders larger than the configured limit get `431` from the HTTP server, without status headers.\n")
+	b.WriteString("\nA request line and headers over `receive.maxHeaderBytes` get `431` with status `431`, up to twice that size; " +
+		"beyond it the HTTP server stops reading and answers `431` itself, without status headers.\n")
 	return b.String()
 }
 

@@ -7391,6 +7391,14 @@ type PostDatafeedResponse413Headers struct {
 	StroomStatus  int
 }
 
+// PostDatafeedResponse431Headers the declared response headers of an HTTP 431 response for PostDatafeed
+type PostDatafeedResponse431Headers struct {
+	ServiceError  string
+	ServiceStatus int
+	StroomError   string
+	StroomStatus  int
+}
+
 // PostDatafeedResponse500Headers the declared response headers of an HTTP 500 response for PostDatafeed
 type PostDatafeedResponse500Headers struct {
 	ServiceError  string
@@ -7417,6 +7425,8 @@ type PostDatafeedResponse struct {
 	Headers406 *PostDatafeedResponse406Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *PostDatafeedResponse413Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *PostDatafeedResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *PostDatafeedResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -7476,6 +7486,14 @@ type PutDatafeedResponse413Headers struct {
 	StroomStatus  int
 }
 
+// PutDatafeedResponse431Headers the declared response headers of an HTTP 431 response for PutDatafeed
+type PutDatafeedResponse431Headers struct {
+	ServiceError  string
+	ServiceStatus int
+	StroomError   string
+	StroomStatus  int
+}
+
 // PutDatafeedResponse500Headers the declared response headers of an HTTP 500 response for PutDatafeed
 type PutDatafeedResponse500Headers struct {
 	ServiceError  string
@@ -7502,6 +7520,8 @@ type PutDatafeedResponse struct {
 	Headers406 *PutDatafeedResponse406Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *PutDatafeedResponse413Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *PutDatafeedResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *PutDatafeedResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -12019,6 +12039,37 @@ func ParsePostDatafeedResponse(rsp *http.Response) (*PostDatafeedResponse, error
 			headers.StroomStatus = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 431:
+		var headers PostDatafeedResponse431Headers
+		if values := rsp.Header.Values("Service-Error"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Service-Error", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ServiceError = value
+		}
+		if values := rsp.Header.Values("Service-Status"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Service-Status", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ServiceStatus = value
+		}
+		if values := rsp.Header.Values("Stroom-Error"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stroom-Error", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StroomError = value
+		}
+		if values := rsp.Header.Values("Stroom-Status"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stroom-Status", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StroomStatus = value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers PostDatafeedResponse500Headers
 		if values := rsp.Header.Values("Service-Error"); len(values) > 0 {
@@ -12200,6 +12251,37 @@ func ParsePutDatafeedResponse(rsp *http.Response) (*PutDatafeedResponse, error) 
 			headers.StroomStatus = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 431:
+		var headers PutDatafeedResponse431Headers
+		if values := rsp.Header.Values("Service-Error"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Service-Error", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ServiceError = value
+		}
+		if values := rsp.Header.Values("Service-Status"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Service-Status", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ServiceStatus = value
+		}
+		if values := rsp.Header.Values("Stroom-Error"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stroom-Error", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StroomError = value
+		}
+		if values := rsp.Header.Values("Stroom-Status"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stroom-Status", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StroomStatus = value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers PutDatafeedResponse500Headers
 		if values := rsp.Header.Values("Service-Error"); len(values) > 0 {

@@ -243,7 +243,7 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 	a.srv = &http.Server{
 		Handler:           withVersion(Version(), underBasePath(cfg.BasePath, mux)),
 		ReadHeaderTimeout: cfg.Receive.ReadHeaderTimeout.D(),
-		MaxHeaderBytes:    int(cfg.Receive.MaxHeaderBytes),
+		MaxHeaderBytes:    receive.ServerMaxHeaderBytes(int(cfg.Receive.MaxHeaderBytes)),
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}

@@ -161,7 +161,8 @@ func TestDatafeedConcurrencyLimit(t *testing.T) {
 }
 
 // TestDatafeedHeaderLimit: headers larger than maxHeaderBytes are refused
-// with 431.
+// with 431: up to twice the limit with weir's status headers (datafeed) or
+// a problem (API), beyond it by Go's HTTP server, which stops reading.
 func TestDatafeedHeaderLimit(t *testing.T) {
 	t.Parallel()
 	s := start(t, func(c *config.Config) { c.Receive.MaxHeaderBytes = 8 << 10 })
@@ -169,6 +170,27 @@ func TestDatafeedHeaderLimit(t *testing.T) {
 	if st := oneStream(t, s, testFeed, "Raw Events", id); len(st.Attributes.Value("Big")) != 2<<10 {
 		t.Errorf("Big header not stored")
 	}
+	// Just over the limit: the sender learns why, with the status headers
+	// every datafeed failure carries.
+	post(t, s, []byte("data"), "Feed", testFeed, "Big", strings.Repeat("v", 9<<10)).
+		fails(t, 431, 431, "Request headers too large", "more than receive.maxHeaderBytes (8KiB)")
+	// The API answers a problem.
+	req, err := http.NewRequest("GET", s.URL+"/api/version", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Big", strings.Repeat("v", 9<<10))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 431 || res.Header.Get("Content-Type") != "application/problem+json" ||
+		!strings.Contains(string(body), "receive.maxHeaderBytes") {
+		t.Errorf("API call with 9 KiB of headers: %d %s %s, want a 431 problem", res.StatusCode, res.Header.Get("Content-Type"), body)
+	}
+	// Far over it: Go's server answers without reading the rest.
 	c := dial(t, s)
 	go func() {
 		// The server may hang up before it has read everything; that is fine.

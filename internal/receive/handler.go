@@ -193,9 +193,38 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.log(out, nil, "OK", now)
 }
 
+// ServerMaxHeaderBytes is what the HTTP server itself reads of a request's
+// line and headers, for a receive.maxHeaderBytes of limit: twice the limit,
+// so that the handlers see requests somewhat over it and refuse them with
+// their own status headers (datafeed) or problem (API); beyond it Go's
+// server answers a bare 431.
+func ServerMaxHeaderBytes(limit int) int { return 2 * limit }
+
+// HeaderBytes is about what r's request line and headers took on the wire
+// (as HTTP/1.1 text: one line per value, Host included), which is what
+// receive.maxHeaderBytes limits.
+func HeaderBytes(r *http.Request) int {
+	n := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + 2
+	if r.Host != "" {
+		n += len("Host: ") + len(r.Host) + 2
+	}
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + 2 + len(v) + 2
+		}
+	}
+	return n + 2
+}
+
 // run takes a post through checks, decoding and storage.
 func (p *post) run() (outcome, error) {
 	h := p.h
+	// The server reads headers up to twice the limit (see ServerMaxHeaderBytes)
+	// so that a sender just over it is told why, with status headers.
+	if n, limit := HeaderBytes(p.r), int(h.cfg.MaxHeaderBytes); limit > 0 && n > limit {
+		return "", errorf(HeadersTooLarge, "the request line and headers take about %d bytes, more than receive.maxHeaderBytes (%s)",
+			n, config.ByteSize(limit))
+	}
 	p.attrs = requestAttributes(p.r, attr.Hop{ReceiptID: p.receiptID, Time: p.received, Host: h.opt.Host})
 	if err := p.authenticate(); err != nil {
 		return "", err
