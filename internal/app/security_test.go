@@ -61,6 +61,7 @@ import (
 	"github.com/weirhq/weir/internal/auth/datafeedkey"
 	"github.com/weirhq/weir/internal/cli"
 	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/feed"
 	"github.com/weirhq/weir/internal/meta"
 )
 
@@ -381,6 +382,27 @@ func TestSecurityCredentialRequired(t *testing.T) {
 			}
 			nothingStored(t, s)
 		})
+	}
+}
+
+// TestSecurityDataFeedKeyPinsFeed: a feed is a security boundary. A data
+// feed key whose attributes name a feed posts to that feed only, whatever
+// the sender's headers or a zip's meta entries name.
+func TestSecurityDataFeedKeyPinsFeed(t *testing.T) {
+	t.Parallel()
+	s := authStart(t, nil, nil)
+	s.CreateFeed("PINNED-FEED", feed.Receive, "")
+	out, _ := weirAdmin(t, s, "datafeed-key", "create", "--account", "2000", "--attr", "Feed=PINNED-FEED")
+	pinned := firstLine(t, out)
+	id := post(t, s, []byte("pinned"), "Feed", testFeed, "Authorization", "Bearer "+pinned).ok(t)
+	if st := streamByReceipt(t, s, id); st.Feed != "PINNED-FEED" {
+		t.Errorf("a post naming %s with a key pinned to PINNED-FEED went to %s", testFeed, st.Feed)
+	}
+	z := zipOf(t, "001.meta", "Feed:"+testFeed+"\n", "001.dat", "part one", "002.dat", "part two")
+	id = post(t, s, z, "Feed", testFeed, "Compression", "ZIP", "Authorization", "Bearer "+pinned).ok(t)
+	if st := streamByReceipt(t, s, id); st.Feed != "PINNED-FEED" || st.Parts != 2 {
+		t.Errorf("a zip naming %s in a meta entry, with a key pinned to PINNED-FEED: stream on %s with %d parts",
+			testFeed, st.Feed, st.Parts)
 	}
 }
 
