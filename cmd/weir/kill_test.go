@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"archive/zip"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -98,7 +99,17 @@ type killPost struct {
 	gzip            int // index into the pool's gzips (sent with Compression: GZIP), or -1 (NONE)
 	payload, off, n int // the content after the first line
 	chunked         bool
+	// groups > 0: a zip (Compression: ZIP, Type: Raw Reference) of that
+	// many groups, each stored as a stream of its own (reference data is
+	// never aggregated): all of them or none. Group g's data is its own
+	// first line, then the content.
+	groups int
 }
+
+// killZipKey marks the keys of reference zip posts: the kind of a post
+// follows from its key alone, so the other tests that share killPost
+// (their keys never start with it) keep their kinds.
+const killZipKey = "z"
 
 func keySeed(key string) uint64 {
 	h := fnv.New64a()
@@ -118,11 +129,27 @@ func (pool *killPool) post(key string) killPost {
 		p.off = r.IntN(killPayloadSize - p.n + 1)
 	}
 	p.chunked = r.IntN(3) == 0
+	if strings.HasPrefix(key, killZipKey) {
+		p.gzip, p.groups = -1, 2+r.IntN(3)
+		p.n = r.IntN(256<<10 + 1)
+		p.off = r.IntN(killPayloadSize - p.n + 1)
+	}
 	return p
 }
 
+// parts is how many streams the post is stored as.
+func (p killPost) parts() int { return max(p.groups, 1) }
+
 // prefix is the post's first line.
-func (p killPost) prefix() []byte {
+func (p killPost) prefix() []byte { return p.groupPrefix(0) }
+
+// groupPrefix is the first line of group g of a zip post (g is ignored
+// for other posts).
+func (p killPost) groupPrefix(g int) []byte {
+	if p.groups > 0 {
+		return fmt.Appendf(nil, "%s%s zip group=%d/%d payload=%d off=%d n=%d\n",
+			killPrefix, p.key, g, p.groups, p.payload, p.off, p.n)
+	}
 	return fmt.Appendf(nil, "%s%s gzip=%t chunked=%t payload=%d off=%d n=%d\n",
 		killPrefix, p.key, p.gzip >= 0, p.chunked, p.payload, p.off, p.n)
 }
@@ -134,10 +161,23 @@ func (p killPost) content(pool *killPool) []byte {
 
 func (p killPost) size() int { return len(p.prefix()) + p.n }
 
-// matches reports whether data is exactly the post's (decompressed) body.
+// matches reports whether data is exactly the post's (decompressed) body,
+// or for a zip post one group's.
 func (p killPost) matches(pool *killPool, data []byte) bool {
-	pre := p.prefix()
-	return len(data) == len(pre)+p.n && bytes.Equal(data[:len(pre)], pre) && bytes.Equal(data[len(pre):], p.content(pool))
+	_, ok := p.group(pool, data)
+	return ok
+}
+
+// group finds which of the post's groups data is exactly (0 for a post
+// that is not a zip).
+func (p killPost) group(pool *killPool, data []byte) (int, bool) {
+	for g := range p.parts() {
+		pre := p.groupPrefix(g)
+		if len(data) == len(pre)+p.n && bytes.Equal(data[:len(pre)], pre) && bytes.Equal(data[len(pre):], p.content(pool)) {
+			return g, true
+		}
+	}
+	return 0, false
 }
 
 // body is the exact (decompressed) body; for messages and the CLI check.
@@ -149,6 +189,17 @@ func (p killPost) body(pool *killPool) []byte {
 // gzip member holding the first line followed by the pool's gzip member
 // of the content (a multi-member body, read as one stream).
 func (p killPost) wire(pool *killPool, zw *gzip.Writer) (io.Reader, int64) {
+	if p.groups > 0 {
+		var b bytes.Buffer
+		z := zip.NewWriter(&b)
+		for g := range p.groups {
+			w, _ := z.Create(fmt.Sprintf("%03d.dat", g+1))
+			_, _ = w.Write(p.groupPrefix(g))
+			_, _ = w.Write(p.content(pool))
+		}
+		_ = z.Close()
+		return &b, int64(b.Len())
+	}
 	if p.gzip < 0 {
 		pre := p.prefix()
 		return io.MultiReader(bytes.NewReader(pre), bytes.NewReader(p.content(pool))), int64(len(pre) + p.n)
@@ -206,6 +257,7 @@ func (l *killLedger) record(t *testing.T, id, key string) {
 // killCycleStats describes one cycle.
 type killCycleStats struct {
 	attempted, receipts, cutOff, inflightAtKill int64
+	zipReceipts                                 int64 // of receipts, those of reference zips
 	serverInflight                              int64 // weir_receive_inflight just before the kill
 	sentBytes                                   int64
 	elapsed                                     time.Duration
@@ -213,9 +265,11 @@ type killCycleStats struct {
 
 // TestKillDuringPosts is the durability proof: a server is killed with
 // SIGKILL while 16 clients post, restarted, and every receipt a client got
-// must name exactly one complete, byte-exact stream; nothing partial may be
-// visible and nothing in flight may be left behind. Three kill cycles run
-// on the same data directory and database.
+// must name exactly its post's complete, byte-exact streams: one, or one
+// per group for the zips of reference groups (every eighth post), which
+// are stored whole or not at all; nothing partial may be visible and
+// nothing in flight may be left behind. Three kill cycles run on the same
+// data directory and database.
 func TestKillDuringPosts(t *testing.T) {
 	crashDuringPosts(t, nil)
 }
@@ -267,9 +321,9 @@ func crashDuringPosts(t *testing.T, disk *powerDisk) {
 		start = time.Now()
 		streams := verifyKillStore(t, e, ledger)
 		verifyKillSample(t, e, ledger, ledger.order[before:])
-		t.Logf("cycle %d: %d posts attempted (%d MiB sent), %d acknowledged, %d cut off by the %s (in flight: %d by the clients' count, %d by the server's gauge), posting for %s; "+
+		t.Logf("cycle %d: %d posts attempted (%d MiB sent), %d acknowledged (%d of them zips of 2-4 reference groups, a stream each), %d cut off by the %s (in flight: %d by the clients' count, %d by the server's gauge), posting for %s; "+
 			"%srestart %s, %d incomplete stream(s) removed at start; verified %d receipts in all (%d streams) byte-exact in %s",
-			cycle, st.attempted, st.sentBytes>>20, st.receipts, st.cutOff, crash, st.inflightAtKill, st.serverInflight, st.elapsed.Round(time.Millisecond),
+			cycle, st.attempted, st.sentBytes>>20, st.receipts, st.zipReceipts, st.cutOff, crash, st.inflightAtKill, st.serverInflight, st.elapsed.Round(time.Millisecond),
 			syncs, restart.Round(time.Millisecond), removed, len(ledger.receipts), streams, time.Since(start).Round(time.Millisecond))
 		if t.Failed() || ctx.Err() != nil {
 			break
@@ -299,6 +353,7 @@ func runKillCycle(ctx context.Context, t *testing.T, e *weirEnv, srv *server, le
 		broken   atomic.Bool // a post failed with the server up: the cycle ends
 		inflight atomic.Int64
 		got      atomic.Int64
+		zips     atomic.Int64
 		tried    atomic.Int64
 		cutOff   atomic.Int64
 		sent     atomic.Int64
@@ -313,10 +368,17 @@ func runKillCycle(ctx context.Context, t *testing.T, e *weirEnv, srv *server, le
 			defer wg.Done()
 			zw, _ := gzip.NewWriterLevel(nil, gzip.NoCompression)
 			for seq := 0; !stop.Load() && !broken.Load() && ctx.Err() == nil; seq++ {
-				p := ledger.pool.post(fmt.Sprintf("c%d-w%02d-n%05d", cycle, w, seq))
+				kind := "c"
+				if seq%8 == 7 {
+					kind = killZipKey
+				}
+				p := ledger.pool.post(fmt.Sprintf("%s%d-w%02d-n%05d", kind, cycle, w, seq))
 				body, length := p.wire(ledger.pool, zw)
 				headers := map[string]string{"Feed": killFeed, "Compression": "NONE", "X-Proof-Key": p.key}
-				if p.gzip >= 0 {
+				switch {
+				case p.groups > 0:
+					headers["Compression"], headers["Type"] = "ZIP", "Raw Reference"
+				case p.gzip >= 0:
 					headers["Compression"] = "GZIP"
 				}
 				sent.Add(length)
@@ -346,6 +408,9 @@ func runKillCycle(ctx context.Context, t *testing.T, e *weirEnv, srv *server, le
 				}
 				ledger.record(t, receiptID(t, e.node, resp), p.key)
 				got.Add(1)
+				if p.groups > 0 {
+					zips.Add(1)
+				}
 			}
 		}()
 	}
@@ -382,6 +447,7 @@ func runKillCycle(ctx context.Context, t *testing.T, e *weirEnv, srv *server, le
 		t.Fatalf("cycle %d: clients did not stop within 3 minutes of the kill", cycle)
 	}
 	st.attempted, st.receipts, st.cutOff, st.sentBytes = tried.Load(), got.Load(), cutOff.Load(), sent.Load()
+	st.zipReceipts = zips.Load()
 	return st
 }
 
@@ -449,15 +515,13 @@ func verifyKillStore(t *testing.T, e *weirEnv, ledger *killLedger) int {
 
 	byReceipt := make(map[string][]int64)
 	keyOfStream := make(map[int64]string)
-	streamOfKey := make(map[string]int64)
+	streamOfKey := make(map[string]int64) // by key#group
+	groupsOfKey := make(map[string]int)
 	for _, s := range streams {
 		byReceipt[s.ReceiptID] = append(byReceipt[s.ReceiptID], s.ID)
 		if s.Status != "UNLOCKED" {
 			t.Errorf("stream %d (receipt %s) is %s after restart, want UNLOCKED", s.ID, s.ReceiptID, s.Status)
 			continue
-		}
-		if s.Feed != killFeed || s.Type != "Raw Events" || s.Parts != 1 {
-			t.Errorf("stream %d: feed %q type %q parts %d, want %s, Raw Events, 1", s.ID, s.Feed, s.Type, s.Parts, killFeed)
 		}
 		sec, closeFn, err := r.section(s.ID, streamfile.Data, 0)
 		if err != nil {
@@ -476,14 +540,23 @@ func verifyKillStore(t *testing.T, e *weirEnv, ledger *killLedger) int {
 			continue
 		}
 		p := ledger.pool.post(key)
-		if !p.matches(ledger.pool, data) {
+		g, ok := p.group(ledger.pool, data)
+		if !ok {
 			want := p.body(ledger.pool)
 			t.Errorf("stream %d (receipt %s, post %s): stored %d bytes, sent %d; first difference at byte %d",
 				s.ID, s.ReceiptID, key, len(data), len(want), firstDiff(data, want))
 			continue
 		}
-		if s.RawSize != int64(p.size()) || attrValue(s.Attributes, "StreamSize") != strconv.Itoa(p.size()) {
-			t.Errorf("stream %d: rawSize %d, StreamSize %q, want %d", s.ID, s.RawSize, attrValue(s.Attributes, "StreamSize"), p.size())
+		wantType := "Raw Events"
+		if p.groups > 0 {
+			wantType = "Raw Reference"
+		}
+		if s.Feed != killFeed || s.Type != wantType || s.Parts != 1 {
+			t.Errorf("stream %d: feed %q type %q parts %d, want %s, %s, 1", s.ID, s.Feed, s.Type, s.Parts, killFeed, wantType)
+		}
+		size := len(p.groupPrefix(g)) + p.n
+		if s.RawSize != int64(size) || attrValue(s.Attributes, "StreamSize") != strconv.Itoa(size) {
+			t.Errorf("stream %d: rawSize %d, StreamSize %q, want %d", s.ID, s.RawSize, attrValue(s.Attributes, "StreamSize"), size)
 		}
 		if got := attrValue(s.Attributes, "X-Proof-Key"); got != key {
 			t.Errorf("stream %d holds post %s but its X-Proof-Key attribute is %q", s.ID, key, got)
@@ -491,11 +564,20 @@ func verifyKillStore(t *testing.T, e *weirEnv, ledger *killLedger) int {
 		if got := attrValue(s.Attributes, "ReceiptId"); got != s.ReceiptID {
 			t.Errorf("stream %d: ReceiptId attribute %q, row receipt %q", s.ID, got, s.ReceiptID)
 		}
-		if prev, dup := streamOfKey[key]; dup {
-			t.Errorf("post %s is stored twice: streams %d and %d", key, prev, s.ID)
+		part := fmt.Sprintf("%s#%d", key, g)
+		if prev, dup := streamOfKey[part]; dup {
+			t.Errorf("post %s (group %d) is stored twice: streams %d and %d", key, g, prev, s.ID)
 		}
-		streamOfKey[key] = s.ID
+		streamOfKey[part] = s.ID
 		keyOfStream[s.ID] = key
+		groupsOfKey[key]++
+	}
+	// A post is stored whole or not at all, acknowledged or not: a zip's
+	// groups are all there, or none is.
+	for key, n := range groupsOfKey {
+		if want := ledger.pool.post(key).parts(); n != want {
+			t.Errorf("post %s is stored as %d of its %d streams: a partial post is visible", key, n, want)
+		}
 	}
 
 	ledger.mu.Lock()
@@ -515,10 +597,14 @@ func verifyKillStore(t *testing.T, e *weirEnv, ledger *killLedger) int {
 			if missing <= 10 {
 				t.Errorf("receipt %s (post %s) was acknowledged but names no stream after restart", id, key)
 			}
-		case len(ss) > 1:
-			t.Errorf("receipt %s (post %s) names %d streams %v, want exactly one", id, key, len(ss), ss)
-		case keyOfStream[ss[0]] != key:
-			t.Errorf("receipt %s was given to post %s but its stream %d holds %q", id, key, ss[0], keyOfStream[ss[0]])
+		case len(ss) != ledger.pool.post(key).parts():
+			t.Errorf("receipt %s (post %s) names %d streams %v, want %d", id, key, len(ss), ss, ledger.pool.post(key).parts())
+		default:
+			for _, sid := range ss {
+				if keyOfStream[sid] != key {
+					t.Errorf("receipt %s was given to post %s but its stream %d holds %q", id, key, sid, keyOfStream[sid])
+				}
+			}
 		}
 	}
 	if missing > 10 {
