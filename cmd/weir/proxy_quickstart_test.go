@@ -164,7 +164,18 @@ forwardHttpDestinations:
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	waitPath(r1, 2)
+	meta1 := waitPath(r1, 2)
+	// The sender's receipt id finds the stream with the CLI, as the README
+	// shows.
+	var found struct {
+		ID        int64  `json:"id"`
+		ReceiptID string `json:"receiptId"`
+	}
+	listed := strings.TrimSpace(weir("admin", "stream", "list", "--receipt", r1, "--json"))
+	if strings.Count(listed, "\n") != 0 || json.Unmarshal([]byte(listed), &found) != nil ||
+		!strings.Contains(meta1, "ReceiptId:"+found.ReceiptID+"\n") {
+		t.Errorf("admin stream list --receipt %s: %q, want the one stream whose part names it", r1, listed)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		q := weir("proxy", "queue", "--data", "./weir-proxy-data")

@@ -40,7 +40,7 @@ Usage:
                               [--context-encoding E] [--classification C] [--description D]
   weir admin feed update NAME [same flags as create; only the given ones change]
   weir admin feed list [--json]
-  weir admin stream list [--feed NAME] [--status STATUS] [--json]
+  weir admin stream list [--feed NAME] [--status STATUS] [--receipt ID] [--json]
   weir admin stream cat ID [--part N] [--child Context|"Meta Data"]
   weir admin datafeed-key create --account ID [--expires DURATION] [--attr K=V ...]
   weir admin datafeed-key list [--account ID] [--json]
@@ -301,6 +301,7 @@ func admin(args []string, stdout, stderr io.Writer) error {
 	case "stream list":
 		fs.StringVar(&sf.feed, "feed", "", "only streams of this feed")
 		fs.StringVar(&sf.status, "status", "", "only streams with this status (LOCKED, UNLOCKED, DELETED)")
+		fs.StringVar(&sf.receipt, "receipt", "", "only streams holding the post with this receipt id (this service's, or one a proxy gave its sender)")
 		fs.BoolVar(&sf.json, "json", false, "one JSON object per line")
 	case "stream cat":
 		fs.IntVar(&sf.part, "part", 0, "part number, from 1 (default: all parts)")
@@ -455,7 +456,7 @@ func listFeeds(ctx context.Context, repo *meta.Repo, asJSON bool, out io.Writer)
 }
 
 type streamFlags struct {
-	feed, status, child string
+	feed, status, child, receipt string
 	json                bool
 	part                int
 }
@@ -485,7 +486,7 @@ func ms(v int64) string {
 }
 
 func (sf *streamFlags) list(ctx context.Context, repo *meta.Repo, out io.Writer) error {
-	filter := meta.StreamFilter{Feed: sf.feed, Status: meta.Status(strings.ToUpper(sf.status)), Limit: 1000}
+	filter := meta.StreamFilter{Feed: sf.feed, Status: meta.Status(strings.ToUpper(sf.status)), AnyReceiptID: sf.receipt, Limit: 1000}
 	enc := json.NewEncoder(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	if !sf.json {

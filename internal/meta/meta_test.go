@@ -640,6 +640,19 @@ func testHopReceipts(t *testing.T, loc location) {
 	if got := find("main-1"); !slices.Equal(got, []int64{a.ID, b.ID, c.ID}) {
 		t.Errorf("Receipt Id = main-1 (their own) found %v", got)
 	}
+	for rid, want := range map[string][]int64{"edge-1": {a.ID, b.ID}, "proxy-1": {a.ID}, "main-1": {a.ID, b.ID, c.ID}, "none": nil} {
+		ss, err := r.ListStreams(ctx, StreamFilter{AnyReceiptID: rid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int64
+		for _, s := range ss {
+			got = append(got, s.ID)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("ListStreams(AnyReceiptID %s) = %v, want %v", rid, got, want)
+		}
+	}
 	count := func() int {
 		t.Helper()
 		var n int

@@ -433,6 +433,9 @@ type StreamFilter struct {
 	Feed      string // exact, "" = any
 	Status    Status // "" = any
 	ReceiptID string // matches the receipt_id column exactly
+	// AnyReceiptID matches the stream's own receipt id or one an earlier hop
+	// (a proxy) gave a part of it (see Stream.HopReceiptIDs).
+	AnyReceiptID string
 	AfterID   int64  // keyset pagination: id > AfterID
 	Limit     int    // 0 -> no limit
 	// FeedIn narrows to these feeds (the ones a caller may see). nil: no
@@ -459,6 +462,10 @@ func (r *Repo) ListStreams(ctx context.Context, f StreamFilter) ([]Stream, error
 	}
 	if f.ReceiptID != "" {
 		add("receipt_id = ?", f.ReceiptID)
+	}
+	if f.AnyReceiptID != "" {
+		// Both placeholders are the same parameter.
+		add("(receipt_id = ? OR id IN (SELECT stream_id FROM stream_receipts WHERE receipt_id = ?))", f.AnyReceiptID)
 	}
 	if f.AfterID != 0 {
 		add("id > ?", f.AfterID)
