@@ -25,7 +25,10 @@ const expressionDoc = "A filter in the reference system's expression JSON: opera
 	"and attribute:<name> (names match in any case). Text comparisons are exact and case-sensitive; Feed EQUALS takes * wildcards. " +
 	"Attribute ordering conditions compare numbers when the value is a whole number, dates when it is a date, else text. " +
 	"NOT_EQUALS, like every value condition, never matches an absent attribute or an empty Type, Receipt Id or Effective Time " +
-	"(use IS_NULL, or NOT around EQUALS)."
+	"(use IS_NULL, or NOT around EQUALS). " +
+	"Receipt Id also matches the receipt ids earlier hops (proxies) gave the data in a stream, as its parts' ReceiptIdPath " +
+	"records them (as the data claims them: a sender can put any id there), so it selects whole streams, with every other " +
+	"post aggregated into them; IS_NULL and IS_NOT_NULL ask about the stream's own receipt id."
 
 type findStreamsInput struct {
 	Body struct {

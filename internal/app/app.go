@@ -226,6 +226,7 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 		mux.Handle("POST /api/feedStatus/v2/getFeedStatus", fs)
 		mux.Handle("POST /api/feedStatus/v1/getFeedStatus", fs)
 	} else {
+		ro.RecordHopReceipts = true
 		h := receive.New(ro)
 		h.Register(mux)
 		var tokens api.Tokens

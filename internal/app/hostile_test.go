@@ -437,6 +437,12 @@ func TestHostileMemoryBound(t *testing.T) {
 		tooLarge("zip of 1000 entries of 1 MiB", []string{"Compression: ZIP"}, bytesBody(zipOfBombs(t, 1000)), "entries decompress to more"),
 		tooLarge("zip of 20000 entries", []string{"Compression: ZIP"}, bytesBody(zipOfEntries(t, 20000)), "maxZipEntries"),
 		{name: "zip of 5000 entries", hdr: []string{feed, "Compression: ZIP"}, body: bytesBody(zipOfEntries(t, 5000)), code: 200, parts: 5000},
+		// Each part's meta entry names 72 KiB of earlier hops' ids: the 16
+		// ids per part the stream records (up to 20,000 per post) must not
+		// keep the paths they were cut from (they did, until copied out:
+		// 1,250 paths, 88 MiB, for this post).
+		{name: "zip of 1300 parts with a ReceiptIdPath of 72 KiB each", hdr: []string{feed, "Compression: ZIP"},
+			body: bytesBody(zipOfHopParts(t, 1300, 72<<10)), code: 200, parts: 1300},
 	}
 	far := tooLarge("4 GiB body, Content-Length declared, NONE", nil, bombBody{n: 4 << 30, open: func() io.Reader {
 		return &patternReader{block: block, n: 4 << 30}
@@ -502,11 +508,45 @@ func TestHostileMemoryBound(t *testing.T) {
 	if inuse > 2*bound {
 		t.Errorf("the heap in use grew by %s, more than %s", mib(inuse), mib(2*bound))
 	}
-	// Only the two 5000-entry zips were stored; nothing was left staged.
-	if n := len(s.Streams()); n != 2 {
-		t.Errorf("%d streams, want the two 5000-entry zips", n)
+	// Only the zips within the limits were stored, twice each; nothing was
+	// left staged.
+	if n := len(s.Streams()); n != 4 {
+		t.Errorf("%d streams, want the 5000-entry and the 1300-part zips, twice each", n)
 	}
 	noStagedFiles(t, s)
+}
+
+// zipOfHopParts is a zip of n parts, each with a meta entry whose
+// ReceiptIdPath is about pathBytes of ids no other part names.
+func zipOfHopParts(t testing.TB, n, pathBytes int) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	zw := zip.NewWriter(&b)
+	var path strings.Builder
+	for part := range n {
+		path.Reset()
+		path.WriteString("ReceiptIdPath:")
+		for i := 0; path.Len() < pathBytes; i++ {
+			if i > 0 {
+				path.WriteByte(',')
+			}
+			fmt.Fprintf(&path, "1795315880625_%04d_P_proxy-%05d", i%10000, part)
+		}
+		path.WriteByte('\n')
+		for _, e := range [][2]string{{fmt.Sprintf("%05d.meta", part), path.String()}, {fmt.Sprintf("%05d.dat", part), fmt.Sprintf("part %d\n", part)}} {
+			w, err := zw.Create(e[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.WriteString(w, e[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
 }
 
 func codeOf(x exchange) int {

@@ -112,7 +112,10 @@ func EarlierReceiptIDs(m *Map) []string {
 			slices.Contains(out, e) {
 			continue
 		}
-		out = append(out, e)
+		// A copy: e is a slice of the whole path, which would otherwise
+		// stay in memory (a zip's every part has a path of its own) for as
+		// long as the id is kept.
+		out = append(out, strings.Clone(e))
 		if len(out) == MaxEarlierReceiptIDs {
 			break
 		}

@@ -457,8 +457,8 @@ func listFeeds(ctx context.Context, repo *meta.Repo, asJSON bool, out io.Writer)
 
 type streamFlags struct {
 	feed, status, child, receipt string
-	json                bool
-	part                int
+	json                         bool
+	part                         int
 }
 
 // streamJSON is one line of `stream list --json`.

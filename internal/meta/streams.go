@@ -311,8 +311,9 @@ func (r *Repo) insertPacked(ctx context.Context, tx *sql.Tx, ss []*Stream, attrs
 }
 
 // maxHopReceipts bounds the earlier hops' receipt ids recorded for one
-// stream: a zip's parts each carry their own path, and a sender controls
-// what its parts' ReceiptIdPath says.
+// stream, whatever the caller passes: a zip's parts each carry their own
+// path, and a sender controls what its parts' ReceiptIdPath says. (The
+// store bounds them per post, and keeps them distinct, first.)
 const maxHopReceipts = 20_000
 
 // insertHopReceipts records the HopReceiptIDs of b's Packed and Unlock
@@ -436,8 +437,8 @@ type StreamFilter struct {
 	// AnyReceiptID matches the stream's own receipt id or one an earlier hop
 	// (a proxy) gave a part of it (see Stream.HopReceiptIDs).
 	AnyReceiptID string
-	AfterID   int64  // keyset pagination: id > AfterID
-	Limit     int    // 0 -> no limit
+	AfterID      int64 // keyset pagination: id > AfterID
+	Limit        int   // 0 -> no limit
 	// FeedIn narrows to these feeds (the ones a caller may see). nil: no
 	// narrowing; an empty non-nil slice matches nothing.
 	FeedIn []string
@@ -465,7 +466,9 @@ func (r *Repo) ListStreams(ctx context.Context, f StreamFilter) ([]Stream, error
 	}
 	if f.AnyReceiptID != "" {
 		// Both placeholders are the same parameter.
-		add("(receipt_id = ? OR id IN (SELECT stream_id FROM stream_receipts WHERE receipt_id = ?))", f.AnyReceiptID)
+		// One IN over a UNION ALL, not an OR, so that PostgreSQL looks both
+		// up by index (see streamquery's hopsTerm).
+		add("id IN (SELECT id FROM streams WHERE receipt_id = ? UNION ALL SELECT stream_id FROM stream_receipts WHERE receipt_id = ?)", f.AnyReceiptID)
 	}
 	if f.AfterID != 0 {
 		add("id > ?", f.AfterID)

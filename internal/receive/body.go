@@ -289,6 +289,8 @@ func (p *post) writeMeta(sw *store.Writer, part int, a *attr.Map) error {
 	}
 	// Data that came through proxies can be found by the receipt ids they
 	// gave it, not only by this hop's.
-	sw.AddHopReceiptIDs(attr.EarlierReceiptIDs(a))
+	if p.h.opt.RecordHopReceipts {
+		sw.AddHopReceiptIDs(attr.EarlierReceiptIDs(a))
+	}
 	return nil
 }

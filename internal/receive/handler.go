@@ -55,6 +55,10 @@ type Options struct {
 	// one stream per feed and type, as other types' are, instead of a
 	// stream each (a proxy: the service it forwards to splits them).
 	KeepReferenceGroups bool
+	// RecordHopReceipts: record the receipt ids earlier hops gave each
+	// part (its ReceiptIdPath) with the stream, so that a query finds it by
+	// them. A proxy, whose streams are a queue nobody queries, leaves it off.
+	RecordHopReceipts bool
 	// Relay, if set, passes each post on during its request instead of
 	// storing it (a proxy's instant forwarding).
 	Relay Relay

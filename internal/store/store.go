@@ -210,7 +210,14 @@ type Post struct {
 	s       *Store
 	writers []*Writer
 	held    int // bytes of the post's finished streams held in memory
+	hopIDs  int // earlier hops' receipt ids recorded across its streams
 }
+
+// MaxHopReceiptIDs bounds the earlier hops' receipt ids one post records
+// across all its streams (distinct per stream): a sender controls the
+// paths, and each becomes a row in the post's commit. Ids past it are not
+// recorded (the stream is still found by those recorded and its own).
+const MaxHopReceiptIDs = 20_000
 
 // heldPerPost bounds the finished streams a post holds in memory, in
 // multiples of PackMax: past it they move to files of their own (see Done).
@@ -231,8 +238,9 @@ type Writer struct {
 	buf   *bytes.Buffer // in memory until it spills (nil once it has a file)
 	sf    *streamfile.Writer
 	attrs *attr.Map
-	err   error // the spill failed
-	done  bool  // Done: the stream file is finished
+	err   error               // the spill failed
+	done  bool                // Done: the stream file is finished
+	hops  map[string]struct{} // row.HopReceiptIDs, as a set
 }
 
 // NewStream starts a stream: in memory, or with its LOCKED row (which
@@ -421,9 +429,23 @@ func (w *Writer) SectionSize(ch streamfile.Channel, part int) int64 {
 }
 
 // AddHopReceiptIDs records receipt ids that earlier hops gave data in the
-// stream (see meta.Stream.HopReceiptIDs); call it before Commit.
+// stream (see meta.Stream.HopReceiptIDs), each once, up to the post's
+// MaxHopReceiptIDs; call it before Commit.
 func (w *Writer) AddHopReceiptIDs(ids []string) {
-	w.row.HopReceiptIDs = append(w.row.HopReceiptIDs, ids...)
+	for _, id := range ids {
+		if w.post.hopIDs >= MaxHopReceiptIDs {
+			return
+		}
+		if _, dup := w.hops[id]; dup {
+			continue
+		}
+		if w.hops == nil {
+			w.hops = make(map[string]struct{})
+		}
+		w.hops[id] = struct{}{}
+		w.row.HopReceiptIDs = append(w.row.HopReceiptIDs, id)
+		w.post.hopIDs++
+	}
 }
 
 // SetAttributes sets the stream-level attributes stored in its row.

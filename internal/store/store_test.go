@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -374,4 +375,51 @@ func TestOpenMissingAndCorrupt(t *testing.T) {
 	if !errors.Is(err, streamfile.ErrCorrupt) {
 		t.Fatalf("corrupt stream read: %v", err)
 	}
+}
+
+// TestHopReceiptIDs: earlier hops' receipt ids are recorded once per
+// stream, at most store.MaxHopReceiptIDs across a post's streams, and a
+// stream is then found by any of them.
+func TestHopReceiptIDs(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		s := e.open(t, nil, false)
+		post := s.Begin()
+		a, err := post.NewStream(ctx, spec("FEED-A"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := post.NewStream(ctx, spec("FEED-B"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(t, a, streamfile.Data, 0, []byte("a"))
+		write(t, b, streamfile.Data, 0, []byte("b"))
+		a.AddHopReceiptIDs([]string{"edge-1", "proxy-1"})
+		a.AddHopReceiptIDs([]string{"edge-1", "proxy-2"}) // a second part from the same sender
+		many := make([]string, store.MaxHopReceiptIDs)
+		for i := range many {
+			many[i] = fmt.Sprintf("hop-%05d", i)
+		}
+		b.AddHopReceiptIDs(many)
+		streams, err := post.Commit(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := streams[0].HopReceiptIDs; !slices.Equal(got, []string{"edge-1", "proxy-1", "proxy-2"}) {
+			t.Errorf("stream a records %q, want each id once", got)
+		}
+		if n := len(streams[1].HopReceiptIDs); n != store.MaxHopReceiptIDs-3 {
+			t.Errorf("stream b records %d ids, want %d (the post's bound less a's 3)", n, store.MaxHopReceiptIDs-3)
+		}
+		for id, want := range map[string]int64{"proxy-2": a.ID(), "hop-00000": b.ID(), many[store.MaxHopReceiptIDs-4]: b.ID()} {
+			got, err := e.repo.ListStreams(ctx, meta.StreamFilter{AnyReceiptID: id})
+			if err != nil || len(got) != 1 || got[0].ID != want {
+				t.Errorf("streams with receipt id %s: %v %v, want stream %d", id, got, err, want)
+			}
+		}
+		if got, _ := e.repo.ListStreams(ctx, meta.StreamFilter{AnyReceiptID: many[store.MaxHopReceiptIDs-3]}); len(got) != 0 {
+			t.Errorf("an id past the bound was recorded: %v", got)
+		}
+	})
 }

@@ -111,24 +111,28 @@ func (b *builder) cond(c cond) {
 
 // hopsTerm writes a Receipt Id term that matches the stream's own receipt
 // id or any that an earlier hop gave one of its parts. NOT_EQUALS is the
-// negation of EQUALS over both, so a stream that holds the id in any part
-// is not "not equal" to it.
+// negation of EQUALS over both (and, like every condition on the field,
+// false for a stream without a receipt id of its own), so a stream that
+// holds the id in any part is not "not equal" to it.
+//
+// Both sources are one IN over a UNION ALL rather than an OR: PostgreSQL
+// cannot use an index for "receipt_id = x OR id IN (...)" and walks every
+// stream, where this form is two index lookups (SQLite manages either).
 func (b *builder) hopsTerm(t term) {
+	col := t.f.column
 	if t.c == NotEquals {
 		eq := t
 		eq.c = Equals
-		b.w("(", t.f.column, " <> ", t.f.zero(), " AND NOT ")
+		b.w("(", col, " <> ", t.f.zero(), " AND NOT ")
 		b.hopsTerm(eq)
 		b.w(")")
 		return
 	}
-	b.w("((", t.f.column, " <> ", t.f.zero(), " AND ")
-	b.compare(t, t.f.column, t.vk, false)
-	// Not correlated: the engine runs the subquery once (by the index on
-	// receipt_id for EQUALS and IN) and probes its result per stream.
-	b.w(") OR streams.id IN (SELECT stream_id FROM stream_receipts WHERE ")
+	b.w("streams.id IN (SELECT own.id FROM streams AS own WHERE own.", col, " <> ", t.f.zero(), " AND ")
+	b.compare(t, "own."+col, t.vk, false)
+	b.w(" UNION ALL SELECT stream_receipts.stream_id FROM stream_receipts WHERE ")
 	b.compare(t, "stream_receipts.receipt_id", t.vk, false)
-	b.w("))")
+	b.w(")")
 }
 
 // InJSON is "expr IN (the elements of the JSON array bound at ph)": one
