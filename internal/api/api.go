@@ -48,6 +48,9 @@ type Deps struct {
 	Config    config.Config
 	// Receiver is the datafeed handler; imports store through it.
 	Receiver *receive.Handler
+	// ReceiptRules, if set, is told when the data receipt rules change, so
+	// that this node decides the next post by the new ones.
+	ReceiptRules interface{ Invalidate() }
 	// Ready and Metrics serve /readyz and /metrics beside /api; the API
 	// registers them (and /healthz) so that they are documented too.
 	Ready, Metrics http.Handler
@@ -99,6 +102,7 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 	s.registerFeedStatus()
 	s.registerStreams()
 	s.registerAPIKeys()
+	s.registerReceiptRules()
 	s.registerAdmin()
 	s.registerService()
 	s.registerOperational(mux)

@@ -342,6 +342,48 @@ func (e OperationState) Valid() bool {
 	}
 }
 
+// Defines values for ReceiptDecisionOutputBodyAction.
+const (
+	ReceiptDecisionOutputBodyActionDROP    ReceiptDecisionOutputBodyAction = "DROP"
+	ReceiptDecisionOutputBodyActionRECEIVE ReceiptDecisionOutputBodyAction = "RECEIVE"
+	ReceiptDecisionOutputBodyActionREJECT  ReceiptDecisionOutputBodyAction = "REJECT"
+)
+
+// Valid indicates whether the value is a known member of the ReceiptDecisionOutputBodyAction enum.
+func (e ReceiptDecisionOutputBodyAction) Valid() bool {
+	switch e {
+	case ReceiptDecisionOutputBodyActionDROP:
+		return true
+	case ReceiptDecisionOutputBodyActionRECEIVE:
+		return true
+	case ReceiptDecisionOutputBodyActionREJECT:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RuleAction.
+const (
+	RuleActionDROP    RuleAction = "DROP"
+	RuleActionRECEIVE RuleAction = "RECEIVE"
+	RuleActionREJECT  RuleAction = "REJECT"
+)
+
+// Valid indicates whether the value is a known member of the RuleAction enum.
+func (e RuleAction) Valid() bool {
+	switch e {
+	case RuleActionDROP:
+		return true
+	case RuleActionRECEIVE:
+		return true
+	case RuleActionREJECT:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for StreamStatus.
 const (
 	StreamStatusDELETED  StreamStatus = "DELETED"
@@ -748,6 +790,20 @@ type DataFeedKey struct {
 
 // DataFeedKeyStatus defines model for DataFeedKey.Status.
 type DataFeedKeyStatus string
+
+// DecideReceiptRulesInputBody defines model for DecideReceiptRulesInputBody.
+type DecideReceiptRulesInputBody struct {
+	// Schema A URL to the JSON Schema for this object.
+	//
+	// Example: https://example.com/schemas/DecideReceiptRulesInputBody.json
+	Schema *string `json:"$schema,omitempty"`
+
+	// Attributes A post's attributes as the rules would see them: its headers and what weir adds (UploadUserId, UploadUsername, the data feed key's attributes, RemoteHost, ...). Names match in any case.
+	Attributes map[string]string `json:"attributes"`
+
+	// Rules Rules to try instead of the stored ones (nothing is stored).
+	Rules *[]Rule `json:"rules,omitempty"`
+}
 
 // EnableKeyInputBody defines model for EnableKeyInputBody.
 type EnableKeyInputBody struct {
@@ -1243,6 +1299,79 @@ type OperationKind string
 // OperationState defines model for Operation.State.
 type OperationState string
 
+// PutReceiptRulesInputBody defines model for PutReceiptRulesInputBody.
+type PutReceiptRulesInputBody struct {
+	// Schema A URL to the JSON Schema for this object.
+	//
+	// Example: https://example.com/schemas/PutReceiptRulesInputBody.json
+	Schema *string `json:"$schema,omitempty"`
+
+	// Rules The complete rule set, in order.
+	Rules *[]Rule `json:"rules"`
+
+	// Version The version this replaces, as read (0 for rules never set); if they changed since, 409 with the current version.
+	Version int64 `json:"version"`
+}
+
+// ReceiptDecisionOutputBody defines model for ReceiptDecisionOutputBody.
+type ReceiptDecisionOutputBody struct {
+	// Schema A URL to the JSON Schema for this object.
+	//
+	// Example: https://example.com/schemas/ReceiptDecisionOutputBody.json
+	Schema *string `json:"$schema,omitempty"`
+
+	// Action What happens to the post. RECEIVE still needs the feed to exist.
+	Action ReceiptDecisionOutputBodyAction `json:"action"`
+
+	// Name That rule's name.
+	Name *string `json:"name,omitempty"`
+
+	// Rule The number (1-based position in the list) of the rule that decided; 0: no rule matched, and the post is refused.
+	Rule int64 `json:"rule"`
+}
+
+// ReceiptDecisionOutputBodyAction What happens to the post. RECEIVE still needs the feed to exist.
+type ReceiptDecisionOutputBodyAction string
+
+// ReceiptRules defines model for ReceiptRules.
+type ReceiptRules struct {
+	// Schema A URL to the JSON Schema for this object.
+	//
+	// Example: https://example.com/schemas/ReceiptRules.json
+	Schema *string `json:"$schema,omitempty"`
+
+	// InEffect Whether this service decides posts by the rules: receive.receiptCheckMode is RECEIPT_POLICY.
+	InEffect bool `json:"inEffect"`
+
+	// Rules In order: the first enabled rule that matches a post decides; a post no rule matches is refused (406, status 113), so an empty list refuses every post.
+	Rules *[]Rule `json:"rules"`
+
+	// UpdateMs When the rules last changed (epoch ms); 0 before the first change.
+	UpdateMs int64 `json:"updateMs"`
+
+	// UpdateUser Who changed them last.
+	UpdateUser string `json:"updateUser"`
+
+	// Version Up by one on every change; 0 before the first. PUT names the version it replaces.
+	Version int64 `json:"version"`
+}
+
+// Rule defines model for Rule.
+type Rule struct {
+	// Action What happens to a post the rule matches: RECEIVE takes it (its feed must exist, else 406 with status 101), REJECT refuses it (406 with status 113), DROP answers 200 with a receipt id and stores nothing.
+	Action RuleAction `json:"action"`
+
+	// Enabled false: the rule is kept but skipped (default true).
+	Enabled    *bool           `json:"enabled,omitempty"`
+	Expression *ExpressionItem `json:"expression,omitempty"`
+
+	// Name What the rule is for; shown in the answer to a post it rejects.
+	Name *string `json:"name,omitempty"`
+}
+
+// RuleAction What happens to a post the rule matches: RECEIVE takes it (its feed must exist, else 406 with status 101), REJECT refuses it (406 with status 113), DROP answers 200 with a receipt id and stores nothing.
+type RuleAction string
+
 // ServiceVersion defines model for ServiceVersion.
 type ServiceVersion struct {
 	// Schema A URL to the JSON Schema for this object.
@@ -1690,6 +1819,12 @@ type ReplaceFeedJSONRequestBody = FeedReplacement
 
 // SetFeedStatusJSONRequestBody defines body for SetFeedStatus for application/json ContentType.
 type SetFeedStatusJSONRequestBody = FeedStatusInputBody
+
+// ReplaceReceiptRulesJSONRequestBody defines body for ReplaceReceiptRules for application/json ContentType.
+type ReplaceReceiptRulesJSONRequestBody = PutReceiptRulesInputBody
+
+// DecideReceiptRulesJSONRequestBody defines body for DecideReceiptRules for application/json ContentType.
+type DecideReceiptRulesJSONRequestBody = DecideReceiptRulesInputBody
 
 // DeleteStreamsJSONRequestBody defines body for DeleteStreams for application/json ContentType.
 type DeleteStreamsJSONRequestBody = BulkStatusInputBody
@@ -2430,6 +2565,49 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadyz` operationId).
 	GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetReceiptRules Get the data receipt rules
+	//
+	// Needs Manage Data Receipt Rules. The rules decide which posts are taken when receive.receiptCheckMode is RECEIPT_POLICY: the first enabled rule whose expression matches a post's attributes decides (RECEIVE, REJECT or DROP), a post no rule matches is refused with 406 and status 113, and a received post records the rule's number as its DataReceiptRule attribute and needs its feed to exist (406, status 101). Feed statuses are not consulted in that mode.
+	//
+	// Corresponds with GET /receiptRules (the `GetReceiptRules` operationId).
+	GetReceiptRules(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReplaceReceiptRulesWithBody Replace the data receipt rules
+	//
+	// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the next post on this node at once, and on other nodes of a cluster within 5 seconds.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /receiptRules (the `ReplaceReceiptRules` operationId).
+	ReplaceReceiptRulesWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReplaceReceiptRules Replace the data receipt rules
+	//
+	// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the next post on this node at once, and on other nodes of a cluster within 5 seconds.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /receiptRules (the `ReplaceReceiptRules` operationId).
+	ReplaceReceiptRules(ctx context.Context, body ReplaceReceiptRulesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DecideReceiptRulesWithBody Decide a post by the data receipt rules
+	//
+	// Needs Manage Data Receipt Rules. Says which rule would decide a post with these attributes, and what it would do: the stored rules, or the rules sent with the question (to try them before storing them). Nothing is stored and no post is made; whether the feed exists is not checked.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /receiptRules/decide (the `DecideReceiptRules` operationId).
+	DecideReceiptRulesWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DecideReceiptRules Decide a post by the data receipt rules
+	//
+	// Needs Manage Data Receipt Rules. Says which rule would decide a post with these attributes, and what it would do: the stored rules, or the rules sent with the question (to try them before storing them). Nothing is stored and no post is made; whether the feed exists is not checked.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /receiptRules/decide (the `DecideReceiptRules` operationId).
+	DecideReceiptRules(ctx context.Context, body DecideReceiptRulesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListStreams List streams
 	//
@@ -3375,6 +3553,99 @@ func (c *Client) DownloadExport(ctx context.Context, id string, reqEditors ...Re
 // Corresponds with GET /readyz (the `GetReadyz` operationId).
 func (c *Client) GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetReadyzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetReceiptRules Get the data receipt rules
+//
+// Needs Manage Data Receipt Rules. The rules decide which posts are taken when receive.receiptCheckMode is RECEIPT_POLICY: the first enabled rule whose expression matches a post's attributes decides (RECEIVE, REJECT or DROP), a post no rule matches is refused with 406 and status 113, and a received post records the rule's number as its DataReceiptRule attribute and needs its feed to exist (406, status 101). Feed statuses are not consulted in that mode.
+//
+// Corresponds with GET /receiptRules (the `GetReceiptRules` operationId).
+func (c *Client) GetReceiptRules(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetReceiptRulesRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReplaceReceiptRulesWithBody Replace the data receipt rules
+//
+// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the next post on this node at once, and on other nodes of a cluster within 5 seconds.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /receiptRules (the `ReplaceReceiptRules` operationId).
+func (c *Client) ReplaceReceiptRulesWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReplaceReceiptRulesRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReplaceReceiptRules Replace the data receipt rules
+//
+// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the next post on this node at once, and on other nodes of a cluster within 5 seconds.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /receiptRules (the `ReplaceReceiptRules` operationId).
+func (c *Client) ReplaceReceiptRules(ctx context.Context, body ReplaceReceiptRulesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReplaceReceiptRulesRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DecideReceiptRulesWithBody Decide a post by the data receipt rules
+//
+// Needs Manage Data Receipt Rules. Says which rule would decide a post with these attributes, and what it would do: the stored rules, or the rules sent with the question (to try them before storing them). Nothing is stored and no post is made; whether the feed exists is not checked.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /receiptRules/decide (the `DecideReceiptRules` operationId).
+func (c *Client) DecideReceiptRulesWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDecideReceiptRulesRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DecideReceiptRules Decide a post by the data receipt rules
+//
+// Needs Manage Data Receipt Rules. Says which rule would decide a post with these attributes, and what it would do: the stored rules, or the rules sent with the question (to try them before storing them). Nothing is stored and no post is made; whether the feed exists is not checked.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /receiptRules/decide (the `DecideReceiptRules` operationId).
+func (c *Client) DecideReceiptRules(ctx context.Context, body DecideReceiptRulesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDecideReceiptRulesRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5449,6 +5720,113 @@ func NewGetReadyzRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewGetReceiptRulesRequest constructs an http.Request for the GetReceiptRules method
+func NewGetReceiptRulesRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/receiptRules")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewReplaceReceiptRulesRequest calls the generic ReplaceReceiptRules builder with application/json body
+func NewReplaceReceiptRulesRequest(server string, body ReplaceReceiptRulesJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReplaceReceiptRulesRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewReplaceReceiptRulesRequestWithBody constructs an http.Request for the ReplaceReceiptRules method, with any body, and a specified content type
+func NewReplaceReceiptRulesRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/receiptRules")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDecideReceiptRulesRequest calls the generic DecideReceiptRules builder with application/json body
+func NewDecideReceiptRulesRequest(server string, body DecideReceiptRulesJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewDecideReceiptRulesRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewDecideReceiptRulesRequestWithBody constructs an http.Request for the DecideReceiptRules method, with any body, and a specified content type
+func NewDecideReceiptRulesRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/receiptRules/decide")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListStreamsRequest constructs an http.Request for the ListStreams method
 func NewListStreamsRequest(server string, params *ListStreamsParams) (*http.Request, error) {
 	var err error
@@ -6825,6 +7203,51 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadyz` operationId).
 	GetReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadyzResponse, error)
+
+	// GetReceiptRulesWithResponse Get the data receipt rules
+	//
+	// Needs Manage Data Receipt Rules. The rules decide which posts are taken when receive.receiptCheckMode is RECEIPT_POLICY: the first enabled rule whose expression matches a post's attributes decides (RECEIVE, REJECT or DROP), a post no rule matches is refused with 406 and status 113, and a received post records the rule's number as its DataReceiptRule attribute and needs its feed to exist (406, status 101). Feed statuses are not consulted in that mode.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /receiptRules (the `GetReceiptRules` operationId).
+	GetReceiptRulesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReceiptRulesResponse, error)
+
+	// ReplaceReceiptRulesWithBodyWithResponse Replace the data receipt rules
+	//
+	// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the next post on this node at once, and on other nodes of a cluster within 5 seconds.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /receiptRules (the `ReplaceReceiptRules` operationId).
+	ReplaceReceiptRulesWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReplaceReceiptRulesResponse, error)
+
+	// ReplaceReceiptRulesWithResponse Replace the data receipt rules
+	//
+	// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the next post on this node at once, and on other nodes of a cluster within 5 seconds.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /receiptRules (the `ReplaceReceiptRules` operationId).
+	ReplaceReceiptRulesWithResponse(ctx context.Context, body ReplaceReceiptRulesJSONRequestBody, reqEditors ...RequestEditorFn) (*ReplaceReceiptRulesResponse, error)
+
+	// DecideReceiptRulesWithBodyWithResponse Decide a post by the data receipt rules
+	//
+	// Needs Manage Data Receipt Rules. Says which rule would decide a post with these attributes, and what it would do: the stored rules, or the rules sent with the question (to try them before storing them). Nothing is stored and no post is made; whether the feed exists is not checked.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /receiptRules/decide (the `DecideReceiptRules` operationId).
+	DecideReceiptRulesWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DecideReceiptRulesResponse, error)
+
+	// DecideReceiptRulesWithResponse Decide a post by the data receipt rules
+	//
+	// Needs Manage Data Receipt Rules. Says which rule would decide a post with these attributes, and what it would do: the stored rules, or the rules sent with the question (to try them before storing them). Nothing is stored and no post is made; whether the feed exists is not checked.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /receiptRules/decide (the `DecideReceiptRules` operationId).
+	DecideReceiptRulesWithResponse(ctx context.Context, body DecideReceiptRulesJSONRequestBody, reqEditors ...RequestEditorFn) (*DecideReceiptRulesResponse, error)
 
 	// ListStreamsWithResponse List streams
 	//
@@ -9227,6 +9650,213 @@ func (r GetReadyzResponse) ContentType() string {
 	return ""
 }
 
+type GetReceiptRulesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ReceiptRules
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetReceiptRulesResponse) GetJSON200() *ReceiptRules {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetReceiptRulesResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetReceiptRulesResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetReceiptRulesResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetReceiptRulesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetReceiptRulesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetReceiptRulesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetReceiptRulesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ReplaceReceiptRulesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ReceiptRules
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReplaceReceiptRulesResponse) GetJSON200() *ReceiptRules {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReplaceReceiptRulesResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReplaceReceiptRulesResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ReplaceReceiptRulesResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ReplaceReceiptRulesResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ReplaceReceiptRulesResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ReplaceReceiptRulesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReplaceReceiptRulesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReplaceReceiptRulesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReplaceReceiptRulesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DecideReceiptRulesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ReceiptDecisionOutputBody
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DecideReceiptRulesResponse) GetJSON200() *ReceiptDecisionOutputBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DecideReceiptRulesResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DecideReceiptRulesResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r DecideReceiptRulesResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r DecideReceiptRulesResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r DecideReceiptRulesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DecideReceiptRulesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DecideReceiptRulesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DecideReceiptRulesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListStreamsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11285,6 +11915,81 @@ func (c *ClientWithResponses) GetReadyzWithResponse(ctx context.Context, reqEdit
 		return nil, err
 	}
 	return ParseGetReadyzResponse(rsp)
+}
+
+// GetReceiptRulesWithResponse Get the data receipt rules
+//
+// Needs Manage Data Receipt Rules. The rules decide which posts are taken when receive.receiptCheckMode is RECEIPT_POLICY: the first enabled rule whose expression matches a post's attributes decides (RECEIVE, REJECT or DROP), a post no rule matches is refused with 406 and status 113, and a received post records the rule's number as its DataReceiptRule attribute and needs its feed to exist (406, status 101). Feed statuses are not consulted in that mode.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /receiptRules (the `GetReceiptRules` operationId).
+func (c *ClientWithResponses) GetReceiptRulesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReceiptRulesResponse, error) {
+	rsp, err := c.GetReceiptRules(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetReceiptRulesResponse(rsp)
+}
+
+// ReplaceReceiptRulesWithBodyWithResponse Replace the data receipt rules
+//
+// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the next post on this node at once, and on other nodes of a cluster within 5 seconds.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /receiptRules (the `ReplaceReceiptRules` operationId).
+func (c *ClientWithResponses) ReplaceReceiptRulesWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReplaceReceiptRulesResponse, error) {
+	rsp, err := c.ReplaceReceiptRulesWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReplaceReceiptRulesResponse(rsp)
+}
+
+// ReplaceReceiptRulesWithResponse Replace the data receipt rules
+//
+// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the next post on this node at once, and on other nodes of a cluster within 5 seconds.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /receiptRules (the `ReplaceReceiptRules` operationId).
+func (c *ClientWithResponses) ReplaceReceiptRulesWithResponse(ctx context.Context, body ReplaceReceiptRulesJSONRequestBody, reqEditors ...RequestEditorFn) (*ReplaceReceiptRulesResponse, error) {
+	rsp, err := c.ReplaceReceiptRules(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReplaceReceiptRulesResponse(rsp)
+}
+
+// DecideReceiptRulesWithBodyWithResponse Decide a post by the data receipt rules
+//
+// Needs Manage Data Receipt Rules. Says which rule would decide a post with these attributes, and what it would do: the stored rules, or the rules sent with the question (to try them before storing them). Nothing is stored and no post is made; whether the feed exists is not checked.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /receiptRules/decide (the `DecideReceiptRules` operationId).
+func (c *ClientWithResponses) DecideReceiptRulesWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DecideReceiptRulesResponse, error) {
+	rsp, err := c.DecideReceiptRulesWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDecideReceiptRulesResponse(rsp)
+}
+
+// DecideReceiptRulesWithResponse Decide a post by the data receipt rules
+//
+// Needs Manage Data Receipt Rules. Says which rule would decide a post with these attributes, and what it would do: the stored rules, or the rules sent with the question (to try them before storing them). Nothing is stored and no post is made; whether the feed exists is not checked.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /receiptRules/decide (the `DecideReceiptRules` operationId).
+func (c *ClientWithResponses) DecideReceiptRulesWithResponse(ctx context.Context, body DecideReceiptRulesJSONRequestBody, reqEditors ...RequestEditorFn) (*DecideReceiptRulesResponse, error) {
+	rsp, err := c.DecideReceiptRules(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDecideReceiptRulesResponse(rsp)
 }
 
 // ListStreamsWithResponse List streams
@@ -13673,6 +14378,168 @@ func ParseGetReadyzResponse(rsp *http.Response) (*GetReadyzResponse, error) {
 	response := &GetReadyzResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
+// ParseGetReceiptRulesResponse parses an HTTP response from a GetReceiptRulesWithResponse call
+func ParseGetReceiptRulesResponse(rsp *http.Response) (*GetReceiptRulesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetReceiptRulesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ReceiptRules
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseReplaceReceiptRulesResponse parses an HTTP response from a ReplaceReceiptRulesWithResponse call
+func ParseReplaceReceiptRulesResponse(rsp *http.Response) (*ReplaceReceiptRulesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReplaceReceiptRulesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ReceiptRules
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDecideReceiptRulesResponse parses an HTTP response from a DecideReceiptRulesWithResponse call
+func ParseDecideReceiptRulesResponse(rsp *http.Response) (*DecideReceiptRulesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DecideReceiptRulesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ReceiptDecisionOutputBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
 	}
 
 	return response, nil

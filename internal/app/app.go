@@ -28,6 +28,7 @@ import (
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/proxy"
 	"github.com/weirhq/weir/internal/receipt"
+	"github.com/weirhq/weir/internal/receiptrule"
 	"github.com/weirhq/weir/internal/receive"
 	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/streamfile"
@@ -227,6 +228,8 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 		mux.Handle("POST /api/feedStatus/v1/getFeedStatus", fs)
 	} else {
 		ro.RecordHopReceipts = true
+		rules := receiptrule.NewSource(a.repo, 0, log.With("log", "receipt-rules"))
+		ro.ReceiptRules = rules
 		h := receive.New(ro)
 		h.Register(mux)
 		var tokens api.Tokens
@@ -235,7 +238,7 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 		}
 		if a.api, err = api.Register(mux, api.Deps{Repo: a.repo, Store: a.store, Access: a.sec.access, Tokens: tokens,
 			FeedNames: cfg.FeedNameRegexp(), Log: log.With("log", "api"), Version: Version(), BasePath: cfg.BasePath,
-			Node: node, DataDir: cfg.Data, Config: cfg, Receiver: h,
+			Node: node, DataDir: cfg.Data, Config: cfg, Receiver: h, ReceiptRules: rules,
 			Ready: http.HandlerFunc(a.ready), Metrics: metrics,
 		}); err != nil {
 			return nil, err

@@ -94,14 +94,21 @@ func authConfig(c *config.Config, types []string) {
 // and returns stdout and stderr. A non-zero exit is fatal.
 func weirAdmin(t testing.TB, s *apptest.Server, args ...string) (stdout, stderr string) {
 	t.Helper()
+	return weirAdminExit(t, s, 0, args...)
+}
+
+// weirAdminExit runs `weir admin args...` as weirAdmin does and wants the
+// exit code code.
+func weirAdminExit(t testing.TB, s *apptest.Server, code int, args ...string) (stdout, stderr string) {
+	t.Helper()
 	full := append([]string{"admin"}, args...)
 	full = append(full, "--data", s.Cfg.Data)
 	if s.Cfg.DB != "" {
 		full = append(full, "--db", s.Cfg.DB)
 	}
 	var out, errb bytes.Buffer
-	if code := cli.Main(full, &out, &errb); code != 0 {
-		t.Fatalf("weir admin %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out.String(), errb.String())
+	if got := cli.Main(full, &out, &errb); got != code {
+		t.Fatalf("weir admin %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), got, code, out.String(), errb.String())
 	}
 	return out.String(), errb.String()
 }

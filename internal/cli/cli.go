@@ -42,6 +42,8 @@ Usage:
   weir admin feed list [--json]
   weir admin stream list [--feed NAME] [--status STATUS] [--receipt ID] [--json]
   weir admin stream cat ID [--part N] [--child Context|"Meta Data"]
+  weir admin receipt-rules show
+  weir admin receipt-rules set FILE|-          (a JSON array of rules, as show prints them)
   weir admin datafeed-key create --account ID [--expires DURATION] [--attr K=V ...]
   weir admin datafeed-key list [--account ID] [--json]
   weir admin datafeed-key revoke ID
@@ -303,6 +305,7 @@ func admin(args []string, stdout, stderr io.Writer) error {
 		fs.StringVar(&sf.status, "status", "", "only streams with this status (LOCKED, UNLOCKED, DELETED)")
 		fs.StringVar(&sf.receipt, "receipt", "", "only streams holding the post with this receipt id (this service's, or one a proxy gave its sender)")
 		fs.BoolVar(&sf.json, "json", false, "one JSON object per line")
+	case "receipt-rules show", "receipt-rules set":
 	case "stream cat":
 		fs.IntVar(&sf.part, "part", 0, "part number, from 1 (default: all parts)")
 		fs.StringVar(&sf.child, "child", "", `child stream: Context or "Meta Data" (default: the data)`)
@@ -334,6 +337,16 @@ func admin(args []string, stdout, stderr io.Writer) error {
 		return listFeeds(ctx, st.Repo, sf.json, stdout)
 	case "stream list":
 		return sf.list(ctx, st.Repo, stdout)
+	case "receipt-rules show":
+		if len(pos) != 0 {
+			return usagef("receipt-rules show takes no arguments")
+		}
+		return showReceiptRules(ctx, st.Repo, stdout)
+	case "receipt-rules set":
+		if len(pos) != 1 {
+			return usagef("receipt-rules set takes one file of rules (a JSON array), or - for standard input")
+		}
+		return setReceiptRules(ctx, st.Repo, pos[0], os.Stdin, stdout)
 	default: // stream cat
 		if len(pos) != 1 {
 			return usagef("stream cat takes one stream id")

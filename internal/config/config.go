@@ -81,6 +81,9 @@ const (
 	ReceiveAll    CheckMode = "RECEIVE_ALL"
 	DropAll       CheckMode = "DROP_ALL"
 	RejectAll     CheckMode = "REJECT_ALL"
+	// ReceiptPolicy decides by the data receipt rules (package
+	// receiptrule), then requires the feed to exist.
+	ReceiptPolicy CheckMode = "RECEIPT_POLICY"
 )
 
 // CompressedBodyAction says what to do with a body declared uncompressed that
@@ -296,9 +299,9 @@ func (c *Config) Validate() error {
 		add("security.apiKeys.maxExpiry: must be positive")
 	}
 	switch r.ReceiptCheckMode {
-	case FeedStatus, FeedExistence, ReceiveAll, DropAll, RejectAll:
+	case FeedStatus, FeedExistence, ReceiptPolicy, ReceiveAll, DropAll, RejectAll:
 	default:
-		add("receive.receiptCheckMode: %q is not one of FEED_STATUS, FEED_EXISTENCE, RECEIVE_ALL, DROP_ALL, REJECT_ALL", r.ReceiptCheckMode)
+		add("receive.receiptCheckMode: %q is not one of FEED_STATUS, FEED_EXISTENCE, RECEIPT_POLICY, RECEIVE_ALL, DROP_ALL, REJECT_ALL", r.ReceiptCheckMode)
 	}
 	if r.MaxRequestSize < 0 {
 		add("receive.maxRequestSize: must not be negative")

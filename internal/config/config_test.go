@@ -105,6 +105,10 @@ func TestValidate(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("defaults invalid: %v", err)
 	}
+	cfg.Receive.ReceiptCheckMode = ReceiptPolicy
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("RECEIPT_POLICY invalid: %v", err)
+	}
 	cfg.Receive.AuthenticationRequired = true
 	cfg.Receive.EnabledAuthenticationTypes = nil
 	cfg.Receive.ReceiptCheckMode = "SOMETIMES"

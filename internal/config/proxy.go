@@ -401,6 +401,12 @@ func (p *Proxy) ValidateProxy() error {
 			add("receive.receiptCheckMode %s asks the downstream, but there is no HTTP destination to ask: "+
 				"set feedStatus.url, or receive.receiptCheckMode: RECEIVE_ALL", p.Receive.ReceiptCheckMode)
 		}
+	case ReceiptPolicy:
+		// The rules live in the main service's database. With FEED_STATUS
+		// the proxy asks the main service about each feed and sender, and
+		// the main service answers by its rules.
+		add("receive.receiptCheckMode RECEIPT_POLICY: a proxy has no receipt rules of its own; " +
+			"use FEED_STATUS, and the main service answers the proxy's questions by its rules")
 	}
 	if p.Receive.FeedNameGenerationAutoCreate {
 		add("receive.feedNameGenerationAutoCreate: a proxy cannot create feeds (the downstream owns them)")

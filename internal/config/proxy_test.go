@@ -246,6 +246,7 @@ func TestValidateProxy(t *testing.T) {
 			p.ForwardHTTPDestinations[0].Enabled = off()
 			p.ForwardFileDestinations = []FileDestination{{Name: "f", Path: "/x", Queue: DefaultQueue()}}
 		}, "receive.receiptCheckMode FEED_EXISTENCE asks the downstream"},
+		{"RECEIPT_POLICY", func(p *Proxy) { p.Receive.ReceiptCheckMode = ReceiptPolicy }, "a proxy has no receipt rules of its own; use FEED_STATUS"},
 		{"autoCreate", func(p *Proxy) { p.Receive.FeedNameGenerationAutoCreate = true }, "receive.feedNameGenerationAutoCreate"},
 		{"bad fallback", func(p *Proxy) { p.FeedStatus.Fallback = "IGNORE" }, `feedStatus.fallback: "IGNORE"`},
 		{"bad feedStatus url", func(p *Proxy) { p.FeedStatus.URL = "status.example.com" }, "feedStatus.url"},

@@ -21,6 +21,7 @@ func TestVersions(t *testing.T) {
 		{"DeleteFeed", testDeleteFeed},
 		{"UserVersion", testUserVersion},
 		{"DeleteUser", testDeleteUser},
+		{"ReceiptRules", testReceiptRules},
 	}
 	for _, ec := range engineCases {
 		t.Run(ec.name, func(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 	"github.com/weirhq/weir/internal/feed"
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/receipt"
+	"github.com/weirhq/weir/internal/receiptrule"
 	"github.com/weirhq/weir/internal/store"
 )
 
@@ -46,6 +47,8 @@ type Options struct {
 	// FeedStatuses, if set, answers FEED_STATUS and FEED_EXISTENCE checks
 	// instead of the feed table (a proxy asks its downstream).
 	FeedStatuses FeedStatuses
+	// ReceiptRules gives the data receipt rules of RECEIPT_POLICY mode.
+	ReceiptRules ReceiptRules
 	// TypeFromDownstream: a post without a Type whose feed this service
 	// does not know (with a default type) keeps none, and the service it
 	// is forwarded to picks the feed's default type (a proxy), instead of
@@ -384,6 +387,13 @@ func (h *Handler) check(ctx context.Context, attrs *attr.Map) (decision, error) 
 	if h.opt.FeedStatuses != nil && (mode == config.FeedStatus || mode == config.FeedExistence) {
 		return h.checkRemote(ctx, d, attrs, mode)
 	}
+	if mode == config.ReceiptPolicy {
+		drop, err := h.checkRules(ctx, d, attrs)
+		if err != nil || drop {
+			d.drop = drop
+			return d, err
+		}
+	}
 	var f feed.Feed
 	err := meta.ErrNotFound
 	// A name no feed can have is unknown without asking the database:
@@ -423,7 +433,7 @@ func (h *Handler) check(ctx context.Context, attrs *attr.Map) (decision, error) 
 		case feed.Drop:
 			d.drop = true
 		}
-	case config.FeedExistence:
+	case config.FeedExistence, config.ReceiptPolicy:
 		if !d.known {
 			return d, errorf(FeedNotDefined, "feed %q does not exist", d.feed)
 		}
@@ -445,6 +455,47 @@ func (h *Handler) check(ctx context.Context, attrs *attr.Map) (decision, error) 
 		}
 	}
 	return d, nil
+}
+
+// ReceiptRules gives the current data receipt rules.
+type ReceiptRules interface {
+	Current(ctx context.Context) (*receiptrule.Set, error)
+}
+
+// checkRules decides a post by the data receipt rules (RECEIPT_POLICY
+// mode): the first enabled rule that matches its attributes decides, and a
+// post no rule matches is refused. A received post records the number of
+// its rule as DataReceiptRule, as the reference system does; its feed must
+// then exist, and the feed's status is not consulted (the rules replace
+// it).
+func (h *Handler) checkRules(ctx context.Context, d decision, attrs *attr.Map) (drop bool, err error) {
+	if h.opt.ReceiptRules == nil {
+		return false, errorf(UnknownError, "receive.receiptCheckMode is RECEIPT_POLICY but this service has no receipt rules")
+	}
+	set, err := h.opt.ReceiptRules.Current(ctx)
+	if err != nil {
+		return false, wrap(Unavailable, err, "the data receipt rules cannot be read")
+	}
+	dec := set.Decide(attrs.Get)
+	switch dec.Action {
+	case receiptrule.Reject:
+		if dec.Rule == 0 {
+			return false, errorf(RejectedByPolicy, "no data receipt rule accepts this post to feed %q", d.feed)
+		}
+		return false, errorf(RejectedByPolicy, "data receipt rule %d%s rejects this post to feed %q", dec.Rule, ruleName(dec.Name), d.feed)
+	case receiptrule.Drop:
+		return true, nil
+	}
+	attrs.Put("DataReceiptRule", strconv.Itoa(dec.Rule))
+	return false, nil
+}
+
+// ruleName quotes a rule's name for a message, if it has one.
+func ruleName(name string) string {
+	if name == "" {
+		return ""
+	}
+	return " (" + strconv.Quote(name) + ")"
 }
 
 // checkRemote decides with the answer of FeedStatuses: REJECT refuses

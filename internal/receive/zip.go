@@ -214,7 +214,10 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 // meta entry names another feed, and any rejection rejects the whole post.
 func (p *post) checkPart(ctx context.Context, a *attr.Map, cache map[[2]string]decision, base string, deferred bool) (decision, error) {
 	key := [2]string{a.Value("Feed"), a.Value("Type")}
-	if d, ok := cache[key]; ok {
+	// Receipt rules may look at any attribute, and record their decision
+	// in the part's own: each part is decided alone.
+	rules := p.h.cfg.ReceiptCheckMode == config.ReceiptPolicy
+	if d, ok := cache[key]; ok && !rules {
 		return d, nil
 	}
 	d, err := p.h.check(ctx, a)

@@ -100,7 +100,8 @@ type field struct {
 	// IS_NULL and IS_NOT_NULL apply and no other condition matches it.
 	emptyIsNull bool
 	// wildcard: EQUALS and NOT_EQUALS treat '*' in the value as "any
-	// characters", as the reference system does for feed names.
+	// characters", as the reference system does for feed names (and
+	// ParseAttributes for every attribute).
 	wildcard bool
 	// hops: the field also matches the receipt ids earlier hops gave the
 	// stream's parts (table stream_receipts), except in IS_NULL and
@@ -218,6 +219,11 @@ type term struct {
 	strs []string
 	// glob: the single text value is a wildcard pattern (Feed EQUALS x*).
 	glob bool
+	// For Match, built once at parse time rather than on every post: an
+	// attribute glob's value split at each '*' (two or more parts), and an
+	// attribute IN list of more than inSetMin values as a set.
+	parts []string
+	set   map[string]struct{}
 }
 
 func (junction) isCond() {}
@@ -227,6 +233,36 @@ func (term) isCond()     {}
 // ParseJSON decodes and validates an expression. Empty input or JSON null
 // is the expression that matches everything.
 func ParseJSON(b []byte) (*Expr, error) {
+	return parseJSON(b, false)
+}
+
+// Parse validates an expression tree. nil matches everything. Errors are
+// *Error.
+func Parse(n *ExpressionItem) (*Expr, error) {
+	return parse(n, false)
+}
+
+// ParseAttributesJSON is ParseAttributes of JSON (empty or null: matches
+// everything).
+func ParseAttributesJSON(b []byte) (*Expr, error) {
+	return parseJSON(b, true)
+}
+
+// ParseAttributes validates an expression in which every field names an
+// attribute of a post ("attribute:" before the name is allowed and
+// ignored), for Match. EQUALS and NOT_EQUALS treat '*' in the value as
+// "any characters" (as Feed does in stream queries). Errors are *Error, as
+// Parse's.
+//
+// The names of the fixed stream fields mean nothing special here: "Feed" is
+// the attribute Feed. The result also compiles with Where, to the same
+// selection as Match makes (given a get that folds names as the engine's
+// lower() does: SQLite's folds ASCII letters only).
+func ParseAttributes(n *ExpressionItem) (*Expr, error) {
+	return parse(n, true)
+}
+
+func parseJSON(b []byte, attrs bool) (*Expr, error) {
 	if s := strings.TrimSpace(string(b)); s == "" || s == "null" {
 		return &Expr{}, nil
 	}
@@ -234,16 +270,14 @@ func ParseJSON(b []byte) (*Expr, error) {
 	if err := json.Unmarshal(b, &n); err != nil {
 		return nil, &Error{Msg: "not a valid expression: " + err.Error()}
 	}
-	return Parse(&n)
+	return parse(&n, attrs)
 }
 
-// Parse validates an expression tree. nil matches everything. Errors are
-// *Error.
-func Parse(n *ExpressionItem) (*Expr, error) {
+func parse(n *ExpressionItem, attrs bool) (*Expr, error) {
 	if n == nil {
 		return &Expr{}, nil
 	}
-	p := parser{}
+	p := parser{attrs: attrs}
 	c, err := p.node(n, "", 0)
 	if err != nil {
 		return nil, err
@@ -267,7 +301,11 @@ func countTerms(c cond) int {
 	return 0
 }
 
-type parser struct{ items int }
+type parser struct {
+	items int
+	// attrs: every field names an attribute (ParseAttributes).
+	attrs bool
+}
 
 func join(path, elem string) string {
 	if path == "" {
@@ -288,7 +326,7 @@ func (p *parser) node(n *ExpressionItem, path string, depth int) (cond, error) {
 		if len(n.Children) > 0 || n.Op != "" {
 			return nil, &Error{Path: path, Msg: "a term has no op or children (did you mean type operator?)"}
 		}
-		t, err := parseTerm(n, path)
+		t, err := parseTerm(n, path, p.attrs)
 		if err != nil {
 			return nil, err
 		}
@@ -351,23 +389,35 @@ func (p *parser) operator(n *ExpressionItem, path string, depth int) (cond, erro
 	return junction{kids: kids}, nil
 }
 
-func parseTerm(n *ExpressionItem, path string) (term, error) {
+// parseTerm validates a term. With attrs (ParseAttributes), every field is
+// an attribute name, with or without AttributePrefix, and an EQUALS or
+// NOT_EQUALS value with '*' in it is a wildcard pattern.
+func parseTerm(n *ExpressionItem, path string, attrs bool) (term, error) {
 	var t term
 	name := n.Field
+	prefixed := len(name) >= len(AttributePrefix) && strings.EqualFold(name[:len(AttributePrefix)], AttributePrefix)
 	switch {
+	case name == "" && attrs:
+		return t, &Error{Path: join(path, "field"), Msg: "missing: a term needs a field (the name of an attribute)"}
 	case name == "":
 		return t, &Error{Path: join(path, "field"), Msg: "missing: a term needs a field (" + fieldNames + ", or " + AttributePrefix + "<name>)"}
-	case len(name) >= len(AttributePrefix) && strings.EqualFold(name[:len(AttributePrefix)], AttributePrefix):
-		a := strings.TrimSpace(name[len(AttributePrefix):])
+	case prefixed || attrs:
+		a := name
+		if prefixed {
+			a = name[len(AttributePrefix):]
+		}
+		a = strings.TrimSpace(a)
 		switch {
-		case a == "":
+		case a == "" && prefixed:
 			return t, &Error{Path: join(path, "field"), Msg: "the attribute name after " + AttributePrefix + " is empty", Value: name}
+		case a == "":
+			return t, &Error{Path: join(path, "field"), Msg: "the attribute name is empty", Value: name}
 		case len(a) > MaxNameBytes:
 			return t, &Error{Path: join(path, "field"), Msg: fmt.Sprintf("the attribute name is longer than %d bytes", MaxNameBytes)}
 		case !utf8.ValidString(a):
 			return t, &Error{Path: join(path, "field"), Msg: "the attribute name is not valid UTF-8"}
 		}
-		t.f = field{name: AttributePrefix + a, kind: kindAttr}
+		t.f = field{name: AttributePrefix + a, kind: kindAttr, wildcard: attrs}
 		t.attr = a
 	default:
 		f, ok := lookupField(name)
@@ -479,6 +529,16 @@ func (t *term) values(v string) *Error {
 		t.glob = t.f.wildcard && (t.c == Equals || t.c == NotEquals) && strings.Contains(v, "*")
 	case kindAttr:
 		t.attrValues(raw)
+		t.glob = t.f.wildcard && (t.c == Equals || t.c == NotEquals) && strings.Contains(v, "*")
+		if t.glob {
+			t.parts = strings.Split(v, "*")
+		}
+		if t.c == In && len(raw) > inSetMin {
+			t.set = make(map[string]struct{}, len(raw))
+			for _, s := range raw {
+				t.set[s] = struct{}{}
+			}
+		}
 	}
 	if t.c == Between && t.vk == valInt && t.ints[0] > t.ints[1] {
 		return &Error{Msg: "BETWEEN's low value is above its high value"}

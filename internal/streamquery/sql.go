@@ -245,7 +245,8 @@ func (b *builder) compare(t term, expr string, vk valueKind, num bool) {
 }
 
 // attrTerm writes an attribute term: a (NOT) EXISTS over the stream's
-// attributes JSON object, matching the name in any case.
+// attributes JSON object, matching the name in any case. Match is the same
+// condition in Go: keep the two in step.
 func (b *builder) attrTerm(t term) {
 	prefix := "EXISTS ("
 	if t.c == IsNull {
@@ -273,6 +274,9 @@ func (b *builder) attrTerm(t term) {
 			b.w(b.attrIsDate("a.value"), " AND ")
 			b.compare(t, "a.value", valDate, false)
 		default:
+			// Text, including a wildcard EQUALS or NOT_EQUALS (only from
+			// ParseAttributes), which compare writes as GLOB or LIKE as it
+			// does for Feed, so Where selects what Match does.
 			b.compare(t, "a.value", valText, false)
 		}
 	}

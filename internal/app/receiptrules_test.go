@@ -1,0 +1,202 @@
+package app_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/weirhq/weir/internal/access"
+	"github.com/weirhq/weir/internal/app/apptest"
+	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/feed"
+)
+
+// rulesDoc is the API's view of the receipt rules.
+type rulesDoc struct {
+	Rules      []json.RawMessage `json:"rules"`
+	Version    int64             `json:"version"`
+	UpdateUser string            `json:"updateUser"`
+	InEffect   bool              `json:"inEffect"`
+}
+
+// teamRules lets alice post only to TEAM-A feeds, drops every *-NOISE feed
+// for everyone, lets bob post anywhere, and has a disabled catch-all that
+// must not take part.
+const teamRules = `[
+  {"name": "drop noise", "action": "DROP",
+   "expression": {"type": "term", "field": "Feed", "condition": "EQUALS", "value": "*-NOISE"}},
+  {"name": "alice to team A", "action": "RECEIVE",
+   "expression": {"type": "operator", "op": "AND", "children": [
+     {"type": "term", "field": "UploadUserId", "condition": "EQUALS", "value": "alice"},
+     {"type": "term", "field": "feed", "condition": "STARTS_WITH", "value": "TEAM-A"}]}},
+  {"name": "alice elsewhere", "action": "REJECT",
+   "expression": {"type": "term", "field": "uploaduserid", "condition": "EQUALS", "value": "alice"}},
+  {"name": "everyone (off)", "action": "RECEIVE", "enabled": false},
+  {"name": "bob", "action": "RECEIVE",
+   "expression": {"type": "term", "field": "UploadUserId", "condition": "IN", "value": "bob, carol"}}
+]`
+
+// TestReceiptRules: in RECEIPT_POLICY mode the data receipt rules decide
+// who may post to which feed: no rules refuse everything (113); the first
+// enabled matching rule decides (RECEIVE, REJECT with its number and name,
+// DROP with a receipt id and nothing stored); a received post records its
+// rule as DataReceiptRule and needs its feed (101); zip parts are decided
+// one by one; the rules change through the API (Manage Data Receipt Rules,
+// version-checked, validated with the place of the mistake) and take
+// effect on the next post.
+func TestReceiptRules(t *testing.T) {
+	t.Parallel()
+	s := authStart(t, []string{"TOKEN"}, func(c *config.Config) {
+		c.Receive.ReceiptCheckMode = config.ReceiptPolicy
+	})
+	for _, f := range []string{"TEAM-A-LOGS", "TEAM-B-LOGS"} {
+		s.CreateFeed(f, "", "")
+	}
+	s.CreateFeed("TEAM-A-REJECTING", feed.Reject, "")
+	alice := user(t, s, "alice", nil, nil)
+	bob := user(t, s, "bob", nil, nil)
+	ruler := user(t, s, "ruler", []string{access.ManageReceiptRules}, nil)
+	sendAs := func(c apiClient, feedName, body string, hdr ...string) *resp {
+		t.Helper()
+		return post(t, s, []byte(body), append([]string{"Feed", feedName, "Authorization", "Bearer " + c.key}, hdr...)...)
+	}
+
+	// No rules yet: every post is refused, and the API says so.
+	sendAs(alice, "TEAM-A-LOGS", "too early").fails(t, http.StatusNotAcceptable, 113, "no data receipt rule accepts this post", "TEAM-A-LOGS")
+	var doc rulesDoc
+	ruler.do(http.MethodGet, "/receiptRules", "").want(t, "get empty rules", http.StatusOK, &doc)
+	if len(doc.Rules) != 0 || doc.Version != 0 || !doc.InEffect {
+		t.Fatalf("empty rules: %+v", doc)
+	}
+
+	// Only Manage Data Receipt Rules (or Administrator) may read or change them.
+	alice.do(http.MethodGet, "/receiptRules", "").want(t, "alice reads the rules", http.StatusForbidden, nil)
+	alice.do(http.MethodPut, "/receiptRules", `{"rules": [], "version": 0}`).want(t, "alice changes the rules", http.StatusForbidden, nil)
+
+	// A mistake is refused with where it is, and nothing changes.
+	bad := ruler.do(http.MethodPut, "/receiptRules", `{"version": 0, "rules": [{"action": "RECEIVE"},
+		{"action": "RECEIVE", "expression": {"type": "term", "field": "Feed", "condition": "SOUNDS_LIKE", "value": "x"}}]}`)
+	bad.want(t, "invalid rule", http.StatusUnprocessableEntity, nil)
+	if !strings.Contains(string(bad.body), "body.rules[1].expression.condition") {
+		t.Errorf("invalid rule: %s does not name body.rules[1].expression.condition", bad.body)
+	}
+	ruler.do(http.MethodPut, "/receiptRules", `{"version": 0, "rules": [{"action": "MAYBE"}]}`).
+		want(t, "unknown action", http.StatusUnprocessableEntity, nil)
+
+	ruler.do(http.MethodPut, "/receiptRules", `{"version": 0, "rules": `+teamRules+`}`).want(t, "put rules", http.StatusOK, &doc)
+	if len(doc.Rules) != 5 || doc.Version != 1 || doc.UpdateUser != "ruler" {
+		t.Fatalf("stored rules: %+v", doc)
+	}
+	// A client that read version 0 cannot overwrite version 1.
+	ruler.do(http.MethodPut, "/receiptRules", `{"version": 0, "rules": []}`).want(t, "stale put", http.StatusConflict, nil)
+
+	// alice: TEAM-A feeds only, by rule 2; elsewhere rule 3 refuses her.
+	id := sendAs(alice, "TEAM-A-LOGS", "alice's own").ok(t)
+	st := streamByReceipt(t, s, id)
+	if st.Feed != "TEAM-A-LOGS" || st.Attributes.Value("DataReceiptRule") != "2" || st.Attributes.Value("UploadUserId") != "alice" {
+		t.Fatalf("alice's stream: feed %s, attributes %v", st.Feed, st.Attributes.Sorted())
+	}
+	sendAs(alice, "TEAM-B-LOGS", "not hers").fails(t, http.StatusNotAcceptable, 113, `data receipt rule 3 ("alice elsewhere") rejects`, "TEAM-B-LOGS")
+	// A header cannot make her someone else: UploadUserId is what weir authenticated.
+	sendAs(alice, "TEAM-B-LOGS", "forged", "UploadUserId", "bob").fails(t, http.StatusNotAcceptable, 113, "rule 3")
+	// The rules replace feed statuses: a REJECT feed receives, a missing one is 101.
+	if r := sendAs(alice, "TEAM-A-REJECTING", "status ignored"); r.code != http.StatusOK {
+		t.Fatalf("a REJECT feed under the rules: %d %s", r.code, r.header.Get("Service-Error"))
+	}
+	sendAs(alice, "TEAM-A-MISSING", "no feed").fails(t, http.StatusNotAcceptable, 101, "TEAM-A-MISSING")
+
+	// DROP: 200 and a receipt id, nothing stored (the feed need not exist).
+	before := len(s.Streams())
+	sendAs(bob, "ANY-NOISE", "dropped").ok(t)
+	if n := len(s.Streams()); n != before {
+		t.Fatalf("a dropped post was stored: %d streams, want %d", n, before)
+	}
+	// bob: rule 5 (rule 4, a catch-all, is disabled).
+	id = sendAs(bob, "TEAM-B-LOGS", "bob's").ok(t)
+	if got := streamByReceipt(t, s, id).Attributes.Value("DataReceiptRule"); got != "5" {
+		t.Errorf("bob's post decided by rule %q, want 5", got)
+	}
+
+	// A zip's parts are decided one by one: one part alice may not send
+	// refuses the whole post, and nothing of it is stored.
+	before = len(s.Streams())
+	z := zipOf(t, "001.meta", "Feed:TEAM-A-LOGS\n", "001.dat", "mine\n", "002.meta", "Feed:TEAM-B-LOGS\n", "002.dat", "theirs\n")
+	post(t, s, z, "Compression", "ZIP", "Authorization", "Bearer "+alice.key).
+		fails(t, http.StatusNotAcceptable, 113, `part "002"`, "rule 3")
+	if n := len(s.Streams()); n != before {
+		t.Fatalf("a refused zip left streams: %d, want %d", n, before)
+	}
+
+	// The decide operation answers as a post would be decided, with the
+	// stored rules or with rules sent along.
+	var dec struct {
+		Rule   int    `json:"rule"`
+		Name   string `json:"name"`
+		Action string `json:"action"`
+	}
+	ruler.do(http.MethodPost, "/receiptRules/decide", `{"attributes": {"FEED": "TEAM-B-LOGS", "uploadUserId": "alice"}}`).
+		want(t, "decide", http.StatusOK, &dec)
+	if dec.Rule != 3 || dec.Action != "REJECT" || dec.Name != "alice elsewhere" {
+		t.Errorf("decide: %+v", dec)
+	}
+	ruler.do(http.MethodPost, "/receiptRules/decide", `{"attributes": {"Feed": "X"}, "rules": [{"action": "DROP"}]}`).
+		want(t, "decide with rules sent", http.StatusOK, &dec)
+	if dec.Rule != 1 || dec.Action != "DROP" {
+		t.Errorf("decide with rules sent: %+v", dec)
+	}
+
+	// A proxy asking about a feed and a sender gets the rules' answer.
+	q := func(feedName, user string) string {
+		return `{"feedName": "` + feedName + `", "userDesc": {"subjectId": "` + user + `"}}`
+	}
+	wantAnswer(t, s, feedStatusV2, bob.key, q("TEAM-B-LOGS", "alice"), "Reject", 113, "REJECTED_BY_POLICY_RULES")
+	wantAnswer(t, s, feedStatusV2, bob.key, q("TEAM-A-LOGS", "alice"), "Receive", 0, "OK")
+	wantAnswer(t, s, feedStatusV2, bob.key, q("X-NOISE", "carol"), "Drop", 0, "OK")
+
+	// A change takes effect on the next post.
+	ruler.do(http.MethodPut, "/receiptRules", `{"version": 1, "rules": [{"name": "all", "action": "RECEIVE"}]}`).
+		want(t, "open up", http.StatusOK, &doc)
+	sendAs(alice, "TEAM-B-LOGS", "now allowed").ok(t)
+}
+
+// TestReceiptRulesAdmin: `weir admin receipt-rules set` stores a file of
+// rules beside a running server (which uses them within its refresh
+// period), refuses an invalid file saying where, and `show` prints what
+// `set` takes.
+func TestReceiptRulesAdmin(t *testing.T) {
+	t.Parallel()
+	s := start(t, func(c *config.Config) { c.Receive.ReceiptCheckMode = config.ReceiptPolicy })
+	post(t, s, []byte("x"), "Feed", testFeed).fails(t, http.StatusNotAcceptable, 113)
+
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`[{"action": "RECEIVE", "expression": {"type": "term", "field": "Feed"}}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut := weirAdminExit(t, s, 1, "receipt-rules", "set", bad); !strings.Contains(errOut, "rules[0].expression.condition") {
+		t.Errorf("invalid file: stderr %q does not say where", errOut)
+	}
+
+	good := filepath.Join(dir, "rules.json")
+	rules := `[{"name": "test feed", "action": "RECEIVE", "expression": {"type": "term", "field": "Feed", "condition": "EQUALS", "value": "` + testFeed + `"}}]`
+	if err := os.WriteFile(good, []byte(rules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := weirAdmin(t, s, "receipt-rules", "set", good)
+	if !strings.Contains(out, "stored 1 receipt rules (1 enabled) as version 1") {
+		t.Errorf("set: %q", out)
+	}
+	shown, _ := weirAdmin(t, s, "receipt-rules", "show")
+	var back []map[string]any
+	if err := json.Unmarshal([]byte(shown), &back); err != nil || len(back) != 1 || back[0]["name"] != "test feed" {
+		t.Fatalf("show: %v %q", err, shown)
+	}
+	// The server notices within its refresh period (5 s).
+	apptest.WaitFor(t, "the server to use the new rules", func() bool {
+		return post(t, s, []byte("x"), "Feed", testFeed).code == http.StatusOK
+	})
+	post(t, s, []byte("x"), "Feed", "OTHER-FEED").fails(t, http.StatusNotAcceptable, 113, "no data receipt rule accepts")
+}

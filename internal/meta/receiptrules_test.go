@@ -1,0 +1,76 @@
+package meta
+
+import (
+	"errors"
+	"sync"
+	"testing"
+)
+
+// testReceiptRules: the rule set starts empty at version 0, each change
+// goes up by one, a stale version is refused with the current one, and of
+// writers racing from the same version (two processes) exactly one wins.
+func testReceiptRules(t *testing.T, loc location) {
+	ctx := t.Context()
+	r := openRepo(t, loc)
+	got, err := r.GetReceiptRules(ctx)
+	if err != nil || got.Rules != "[]" || got.Version != 0 {
+		t.Fatalf("before any change: %+v, %v", got, err)
+	}
+	if v, err := r.ReceiptRulesVersion(ctx); err != nil || v != 0 {
+		t.Fatalf("version before any change: %d, %v", v, err)
+	}
+	// Version 1 is not what a client that read version 0 may name.
+	var stale *StaleError
+	if _, err := r.PutReceiptRules(ctx, `[{"action":"RECEIVE"}]`, 1, "alice"); !errors.As(err, &stale) || stale.Current != 0 {
+		t.Fatalf("put at version 1 of an empty set: %v", err)
+	}
+	first, err := r.PutReceiptRules(ctx, `[{"action":"RECEIVE"}]`, 0, "alice")
+	if err != nil || first.Version != 1 || first.UpdateUser != "alice" || first.UpdateMs == 0 {
+		t.Fatalf("first put: %+v, %v", first, err)
+	}
+	if got, err := r.GetReceiptRules(ctx); err != nil || got != first {
+		t.Fatalf("stored %+v (%v), returned %+v", got, err, first)
+	}
+	if _, err := r.PutReceiptRules(ctx, `[]`, 0, "bob"); !errors.As(err, &stale) || stale.Current != 1 || !errors.Is(err, ErrStale) {
+		t.Fatalf("put at version 0 of a set at 1: %v", err)
+	}
+	second, err := r.PutReceiptRules(ctx, `[{"action":"DROP"}]`, AnyVersion, "admin")
+	if err != nil || second.Version != 2 || second.Rules != `[{"action":"DROP"}]` {
+		t.Fatalf("put at any version: %+v, %v", second, err)
+	}
+
+	other := openRepo(t, loc) // a second process
+	const writers = 8
+	var (
+		wg         sync.WaitGroup
+		mu         sync.Mutex
+		won, lost  int
+		unexpected error
+	)
+	for i := range writers {
+		repo := r
+		if i%2 == 1 {
+			repo = other
+		}
+		wg.Go(func() {
+			_, err := repo.PutReceiptRules(ctx, `[]`, 2, "racer")
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won++
+			case errors.Is(err, ErrStale):
+				lost++
+			default:
+				unexpected = err
+			}
+		})
+	}
+	wg.Wait()
+	if unexpected != nil || won != 1 || lost != writers-1 {
+		t.Fatalf("race from version 2: %d won, %d stale, unexpected %v", won, lost, unexpected)
+	}
+	if v, err := r.ReceiptRulesVersion(ctx); err != nil || v != 3 {
+		t.Fatalf("version after the race: %d, %v", v, err)
+	}
+}

@@ -1,0 +1,281 @@
+// Package receiptrule is data receipt rules: an ordered list of rules, each
+// an expression over a post's attributes and an action (RECEIVE, REJECT or
+// DROP), that decides which posts weir takes when
+// receive.receiptCheckMode is RECEIPT_POLICY. It follows the reference
+// system's rules (datafeed-and-proxy.md 7.1): enabled rules in order, the
+// first that matches decides, a rule without an expression matches every
+// post, and a post no rule matches is rejected, so an empty rule set
+// rejects everything.
+//
+// Unlike the reference system, a rule set needs no field definitions: a
+// term names an attribute and its values are typed by their shape, as
+// attribute terms of stream queries are (package streamquery).
+package receiptrule
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/streamquery"
+)
+
+// Action is what a matching rule does with a post.
+type Action string
+
+const (
+	Receive Action = "RECEIVE" // take the post (its feed must exist)
+	Reject  Action = "REJECT"  // refuse it: 406 with status 113
+	Drop    Action = "DROP"    // answer 200 with a receipt id and store nothing
+)
+
+// Limits on a rule set, which every post is matched against.
+const (
+	MaxRules     = 1000
+	MaxNameBytes = 256
+)
+
+// Rule is one data receipt rule as JSON.
+type Rule struct {
+	Name       string                      `json:"name,omitempty" maxLength:"256" doc:"What the rule is for; shown in the answer to a post it rejects."`
+	Enabled    *bool                       `json:"enabled,omitempty" doc:"false: the rule is kept but skipped (default true)."`
+	Action     Action                      `json:"action" enum:"RECEIVE,REJECT,DROP" doc:"What happens to a post the rule matches: RECEIVE takes it (its feed must exist, else 406 with status 101), REJECT refuses it (406 with status 113), DROP answers 200 with a receipt id and stores nothing."`
+	Expression *streamquery.ExpressionItem `json:"expression,omitempty" doc:"Which posts the rule matches; none (or an operator without enabled terms) matches every post. Each term's field names an attribute of the post, matched in any case: a header (Feed, Type, System, ...), UploadUserId and UploadUsername (the authenticated sender), the attributes of the sender's data feed key or certificate, RemoteHost, RemoteAddress, ReceivedTime. A missing attribute matches only IS_NULL. EQUALS and NOT_EQUALS take * as any characters; comparisons are case-sensitive; ordering conditions compare whole numbers as numbers and dates in weir's layout (2024-03-01T12:34:56.789Z) as dates."`
+}
+
+// enabled reports whether the rule takes part.
+func (r Rule) enabled() bool { return r.Enabled == nil || *r.Enabled }
+
+// Error is a rule set that is not valid. Path locates the problem in the
+// JSON, as "rules[2].expression.children[0].value".
+type Error struct {
+	Path string
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Path + ": " + e.Msg }
+
+// Set is a validated rule set, ready to decide posts. A nil Set rejects
+// every post, as an empty one does.
+type Set struct {
+	rules []compiled
+}
+
+type compiled struct {
+	number int // 1-based position in the list, disabled rules included
+	name   string
+	action Action
+	expr   *streamquery.Expr // nil: matches every post
+}
+
+// Compile validates a rule set. Disabled rules are validated too, so that
+// a mistake is found before the rule is enabled.
+func Compile(rules []Rule) (*Set, error) {
+	if len(rules) > MaxRules {
+		return nil, &Error{Path: "rules", Msg: fmt.Sprintf("there are %d rules; at most %d are allowed", len(rules), MaxRules)}
+	}
+	s := &Set{}
+	for i, r := range rules {
+		path := "rules[" + strconv.Itoa(i) + "]"
+		switch {
+		case len(r.Name) > MaxNameBytes:
+			return nil, &Error{Path: path + ".name", Msg: fmt.Sprintf("longer than %d bytes", MaxNameBytes)}
+		case !utf8.ValidString(r.Name) || strings.ContainsFunc(r.Name, unicode.IsControl):
+			return nil, &Error{Path: path + ".name", Msg: "must be UTF-8 text without control characters"}
+		}
+		switch r.Action {
+		case Receive, Reject, Drop:
+		case "":
+			return nil, &Error{Path: path + ".action", Msg: "missing: say RECEIVE, REJECT or DROP"}
+		default:
+			return nil, &Error{Path: path + ".action", Msg: fmt.Sprintf("%q is not RECEIVE, REJECT or DROP", r.Action)}
+		}
+		var expr *streamquery.Expr
+		if r.Expression != nil {
+			e, err := streamquery.ParseAttributes(r.Expression)
+			if err != nil {
+				var qe *streamquery.Error
+				if errors.As(err, &qe) {
+					p := path + ".expression"
+					if qe.Path != "" {
+						p += "." + qe.Path
+					}
+					return nil, &Error{Path: p, Msg: qe.Msg}
+				}
+				return nil, &Error{Path: path + ".expression", Msg: err.Error()}
+			}
+			if e.Terms() > 0 {
+				expr = e
+			}
+		}
+		if r.enabled() {
+			s.rules = append(s.rules, compiled{number: i + 1, name: r.Name, action: r.Action, expr: expr})
+		}
+	}
+	return s, nil
+}
+
+// Parse decodes and validates a rule set as JSON (an array of rules).
+func Parse(b []byte) ([]Rule, *Set, error) {
+	var rules []Rule
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rules); err != nil {
+		return nil, nil, &Error{Path: "rules", Msg: "not a JSON array of rules: " + err.Error()}
+	}
+	if dec.More() {
+		return nil, nil, &Error{Path: "rules", Msg: "more than one JSON value"}
+	}
+	s, err := Compile(rules)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rules == nil {
+		rules = []Rule{}
+	}
+	return rules, s, nil
+}
+
+// Decision is what a rule set decides for one post.
+type Decision struct {
+	Rule   int    // the number of the rule that matched (1-based); 0: none did
+	Name   string // its name
+	Action Action // Reject when none matched
+}
+
+// Decide matches a post's attributes (get looks one up by name in any
+// case) against the enabled rules in order; the first match decides.
+func (s *Set) Decide(get func(name string) (string, bool)) Decision {
+	if s != nil {
+		for _, r := range s.rules {
+			if r.expr == nil || r.expr.Match(get) {
+				return Decision{Rule: r.number, Name: r.name, Action: r.action}
+			}
+		}
+	}
+	return Decision{Action: Reject}
+}
+
+// Len is the number of enabled rules.
+func (s *Set) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.rules)
+}
+
+// Store is where the rules are kept (the metadata repository).
+type Store interface {
+	GetReceiptRules(ctx context.Context) (meta.ReceiptRules, error)
+	ReceiptRulesVersion(ctx context.Context) (int64, error)
+}
+
+// DefaultRefresh is how often a Source asks its Store whether the rules
+// changed: a change made on another node (or by the admin command) takes
+// effect within this time. A change made through this node's API takes
+// effect at once (Source.Invalidate).
+const DefaultRefresh = 5 * time.Second
+
+// Source keeps the current rule set of a Store in memory for the posts to
+// be decided against, and notices changes: every refresh period one
+// caller asks the Store for the version (a one-row read) and loads the
+// rules again only when it changed; the others carry on with the set they
+// have.
+type Source struct {
+	store   Store
+	log     *slog.Logger
+	refresh time.Duration
+	now     func() time.Time
+
+	cur    atomic.Pointer[loaded]
+	loadMu sync.Mutex // held while the Store is read
+	stale  atomic.Bool
+}
+
+type loaded struct {
+	set     *Set
+	version int64
+	checked time.Time
+}
+
+// NewSource returns a Source over store; refresh 0 means DefaultRefresh.
+// log (may be nil) hears of refreshes that fail.
+func NewSource(store Store, refresh time.Duration, log *slog.Logger) *Source {
+	if refresh <= 0 {
+		refresh = DefaultRefresh
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Source{store: store, log: log, refresh: refresh, now: time.Now}
+}
+
+// Invalidate makes the next Current read the rules again.
+func (s *Source) Invalidate() { s.stale.Store(true) }
+
+// Current returns the rule set to decide a post with. Only when no set was
+// ever loaded does it wait for the Store and return its error; later
+// failures to refresh keep the last set that loaded.
+func (s *Source) Current(ctx context.Context) (*Set, error) {
+	l := s.cur.Load()
+	if l != nil && !s.stale.Load() && s.now().Sub(l.checked) < s.refresh {
+		return l.set, nil
+	}
+	if l == nil {
+		s.loadMu.Lock()
+	} else if !s.loadMu.TryLock() {
+		return l.set, nil // another caller is refreshing
+	}
+	defer s.loadMu.Unlock()
+	if l = s.cur.Load(); l != nil && !s.stale.Load() && s.now().Sub(l.checked) < s.refresh {
+		return l.set, nil
+	}
+	next, err := s.load(ctx, l)
+	if err != nil {
+		if l == nil {
+			return nil, err
+		}
+		// Keep deciding by the last good set, and try again after a
+		// period rather than on every post while the store is down.
+		s.log.Error("receipt rules: refresh failed; the rules read before stay in effect", "version", l.version, "err", err)
+		s.cur.Store(&loaded{set: l.set, version: l.version, checked: s.now()})
+		return l.set, nil
+	}
+	s.cur.Store(next)
+	return next.set, nil
+}
+
+// load reads the rules if their version is not prev's.
+func (s *Source) load(ctx context.Context, prev *loaded) (*loaded, error) {
+	s.stale.Store(false)
+	now := s.now()
+	if prev != nil {
+		v, err := s.store.ReceiptRulesVersion(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if v == prev.version {
+			return &loaded{set: prev.set, version: v, checked: now}, nil
+		}
+	}
+	rr, err := s.store.GetReceiptRules(ctx)
+	if err != nil {
+		return nil, err
+	}
+	_, set, err := Parse([]byte(rr.Rules))
+	if err != nil {
+		return nil, fmt.Errorf("the stored receipt rules (version %d) are not valid: %w", rr.Version, err)
+	}
+	return &loaded{set: set, version: rr.Version, checked: now}, nil
+}

@@ -1,0 +1,196 @@
+package receiptrule
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/internal/attr"
+	"github.com/weirhq/weir/internal/meta"
+)
+
+func attrs(kv ...string) func(string) (string, bool) {
+	m := &attr.Map{}
+	for i := 0; i < len(kv); i += 2 {
+		m.Put(kv[i], kv[i+1])
+	}
+	return m.Get
+}
+
+func mustParse(t *testing.T, js string) *Set {
+	t.Helper()
+	_, s, err := Parse([]byte(js))
+	if err != nil {
+		t.Fatalf("parse %s: %v", js, err)
+	}
+	return s
+}
+
+// The reference system's cases (datafeed-and-proxy.md 10.6), re-expressed:
+// no rules reject; a REJECT match rejects; a DROP match drops; with several
+// rules the first match decides. Weir needs no field definitions, so the
+// reference's "empty expression but no fields" case is a rule that
+// matches everything.
+func TestDecide(t *testing.T) {
+	var nilSet *Set
+	if d := nilSet.Decide(attrs("Feed", "F")); d.Action != Reject || d.Rule != 0 {
+		t.Errorf("nil set: %+v", d)
+	}
+	if d := mustParse(t, `[]`).Decide(attrs("Feed", "F")); d.Action != Reject || d.Rule != 0 {
+		t.Errorf("no rules: %+v", d)
+	}
+	if d := mustParse(t, `[{"action":"RECEIVE"}]`).Decide(attrs()); d.Action != Receive || d.Rule != 1 {
+		t.Errorf("a rule without expression: %+v", d)
+	}
+	set := mustParse(t, `[
+	  {"name":"off","enabled":false,"action":"DROP"},
+	  {"name":"reject x","action":"REJECT","expression":{"type":"term","field":"System","condition":"EQUALS","value":"X"}},
+	  {"name":"drop test","action":"DROP","expression":{"type":"term","field":"attribute:Environment","condition":"IN","value":"TEST,DEV"}},
+	  {"name":"empty operator","action":"RECEIVE","expression":{"type":"operator","op":"OR","children":[]}},
+	  {"name":"never","action":"REJECT"}
+	]`)
+	if set.Len() != 4 {
+		t.Errorf("Len %d, want 4 enabled rules", set.Len())
+	}
+	for _, c := range []struct {
+		kv   []string
+		rule int
+		act  Action
+	}{
+		{[]string{"system", "X", "Environment", "TEST"}, 2, Reject},
+		{[]string{"System", "Y", "ENVIRONMENT", "DEV"}, 3, Drop},
+		{[]string{"System", "x"}, 4, Receive}, // case-sensitive values
+		{nil, 4, Receive},
+	} {
+		d := set.Decide(attrs(c.kv...))
+		if d.Rule != c.rule || d.Action != c.act {
+			t.Errorf("%v: %+v, want rule %d %s", c.kv, d, c.rule, c.act)
+		}
+	}
+	if d := set.Decide(attrs("System", "X")); d.Name != "reject x" {
+		t.Errorf("name %q", d.Name)
+	}
+}
+
+func TestCompileErrors(t *testing.T) {
+	for _, c := range []struct{ js, path, msg string }{
+		{`{}`, "rules", "not a JSON array"},
+		{`[{"action":"RECEIVE"}] []`, "rules", "more than one"},
+		{`[{"action":"RECEIVE","colour":"red"}]`, "rules", "unknown field"},
+		{`[{"action":"RECEIVE"},{}]`, "rules[1].action", "missing"},
+		{`[{"action":"receive"}]`, "rules[0].action", "is not RECEIVE"},
+		{`[{"action":"DROP","name":"a\u0007b"}]`, "rules[0].name", "control"},
+		{`[{"action":"DROP","name":"` + strings.Repeat("n", MaxNameBytes+1) + `"}]`, "rules[0].name", "longer"},
+		{`[{"action":"DROP","enabled":false,"expression":{"type":"term","field":"Feed","condition":"NEAR","value":"x"}}]`,
+			"rules[0].expression.condition", "unknown condition"},
+		{`[{"action":"DROP","expression":{"type":"operator","children":[{"type":"term","field":"","condition":"EQUALS"}]}}]`,
+			"rules[0].expression.children[0].field", "missing"},
+	} {
+		_, _, err := Parse([]byte(c.js))
+		var e *Error
+		if !errors.As(err, &e) || e.Path != c.path || !strings.Contains(e.Msg, c.msg) {
+			t.Errorf("%.60s: %v; want %s: ...%s...", c.js, err, c.path, c.msg)
+		}
+	}
+	many := make([]Rule, MaxRules+1)
+	for i := range many {
+		many[i].Action = Receive
+	}
+	if _, err := Compile(many); err == nil {
+		t.Errorf("%d rules compiled", len(many))
+	}
+}
+
+// fakeStore counts reads and can fail.
+type fakeStore struct {
+	mu                   sync.Mutex
+	rr                   meta.ReceiptRules
+	err                  error
+	versionReads, fetchs int
+}
+
+func (f *fakeStore) GetReceiptRules(context.Context) (meta.ReceiptRules, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fetchs++
+	return f.rr, f.err
+}
+
+func (f *fakeStore) ReceiptRulesVersion(context.Context) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.versionReads++
+	return f.rr.Version, f.err
+}
+
+func (f *fakeStore) set(rules string, version int64, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rr, f.err = meta.ReceiptRules{Rules: rules, Version: version}, err
+}
+
+// TestSource: the set is read once, kept for the refresh period, then its
+// version is checked (and the rules read again only when it changed);
+// Invalidate rereads at once; a failed refresh keeps the last set; only a
+// first load can fail.
+func TestSource(t *testing.T) {
+	ctx := t.Context()
+	st := &fakeStore{}
+	st.set(`[]`, 0, errors.New("database down"))
+	src := NewSource(st, time.Minute, nil)
+	now := time.Unix(1000, 0)
+	src.now = func() time.Time { return now }
+	if _, err := src.Current(ctx); err == nil || !strings.Contains(err.Error(), "database down") {
+		t.Fatalf("first load with the store down: %v", err)
+	}
+
+	st.set(`[{"action":"DROP"}]`, 1, nil)
+	s1, err := src.Current(ctx)
+	if err != nil || s1.Decide(attrs()).Action != Drop {
+		t.Fatalf("first load: %v", err)
+	}
+	for range 100 {
+		if s, _ := src.Current(ctx); s != s1 {
+			t.Fatal("the set changed within the refresh period")
+		}
+	}
+	if st.fetchs != 2 || st.versionReads != 0 {
+		t.Errorf("within the period: %d fetches, %d version reads; want 2 and 0", st.fetchs, st.versionReads)
+	}
+
+	now = now.Add(2 * time.Minute) // same version: no fetch
+	if s, _ := src.Current(ctx); s != s1 || st.versionReads != 1 || st.fetchs != 2 {
+		t.Errorf("refresh at the same version: %d version reads, %d fetches", st.versionReads, st.fetchs)
+	}
+
+	st.set(`[{"action":"RECEIVE"}]`, 2, nil) // changed, but not yet due
+	if s, _ := src.Current(ctx); s != s1 {
+		t.Error("a change was read before its refresh was due")
+	}
+	src.Invalidate()
+	s2, _ := src.Current(ctx)
+	if s2.Decide(attrs()).Action != Receive {
+		t.Error("Invalidate did not make the next Current read the change")
+	}
+
+	st.set(`[{"action":"REJECT"}]`, 3, errors.New("database down"))
+	now = now.Add(2 * time.Minute)
+	if s, err := src.Current(ctx); err != nil || s != s2 {
+		t.Errorf("a failed refresh: %v; want the last set kept", err)
+	}
+	reads := st.versionReads
+	for range 10 { // not retried on every post while the store is down
+		src.Current(ctx)
+	}
+	if st.versionReads != reads {
+		t.Errorf("%d more version reads within the period after a failure", st.versionReads-reads)
+	}
+	st.set(`[{"action":"nonsense"}]`, 4, nil) // invalid stored rules: keep the last good set
+	now = now.Add(2 * time.Minute)
+	if s, err := src.Current(ctx); err != nil || s != s2 {
+		t.Errorf("invalid stored rules: %v; want the last set kept", err)
+	}
+}
