@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/app/apptest"
@@ -199,4 +200,59 @@ func TestReceiptRulesAdmin(t *testing.T) {
 		return post(t, s, []byte("x"), "Feed", testFeed).code == http.StatusOK
 	})
 	post(t, s, []byte("x"), "Feed", "OTHER-FEED").fails(t, http.StatusNotAcceptable, 113, "no data receipt rule accepts")
+}
+
+// TestReceiptRulesThroughProxy: a proxy in FEED_STATUS mode refuses, itself,
+// what the main service's receipt rules refuse for that feed and sender,
+// and the main service decides every part the proxy forwards by the rules
+// again, with the identity and attributes the sender had at the proxy (the
+// proxy is a trusted forwarder).
+func TestReceiptRulesThroughProxy(t *testing.T) {
+	t.Parallel()
+	const other = "RR-OTHER-FEED"
+	main := start(t, func(c *config.Config) {
+		c.Receive.AuthenticationRequired = true
+		c.Receive.ReceiptCheckMode = config.ReceiptPolicy
+		c.Receive.TrustedForwarders = []string{"DATA_FEED_KEY:data-feed-identity-2000"}
+	})
+	main.CreateFeed(other, "", "")
+	// The proxy's senders are not authenticated (UNAUTHENTICATED_USER);
+	// account 1000 may post to the test feed only.
+	rules := `[
+	  {"name": "1000 to the test feed", "action": "RECEIVE", "expression": {"type": "operator", "children": [
+	    {"type": "term", "field": "AccountId", "condition": "EQUALS", "value": "1000"},
+	    {"type": "term", "field": "Feed", "condition": "EQUALS", "value": "` + testFeed + `"}]}},
+	  {"name": "1000 elsewhere", "action": "REJECT",
+	   "expression": {"type": "term", "field": "AccountId", "condition": "EQUALS", "value": "1000"}}]`
+	path := filepath.Join(t.TempDir(), "rules.json")
+	if err := os.WriteFile(path, []byte(rules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	weirAdmin(t, main, "receipt-rules", "set", path)
+	dfk, _ := dbDataFeedKey(t, main, "2000", time.Now().Add(time.Hour))
+	px := pxProxy(t, "proxy-rules", func(c *config.Proxy) {
+		c.Receive.ReceiptCheckMode = config.FeedStatus
+		c.FeedStatus.APIKey = pxAPIKey(t, main, "rules-asker", "Feed Status Asker")
+		c.ForwardHTTPDestinations[0].DataFeedKey = dfk
+		c.ForwardHTTPDestinations[0].DataFeedKeyOwner = "2000"
+	}, main.URL+"/datafeed")
+
+	// The main service rereads its rules within 5 s of `weir admin` setting them.
+	apptest.WaitFor(t, "the main service to use the rules", func() bool {
+		return post(t, px, []byte("allowed\n"), "Feed", testFeed, "AccountId", "1000").code == http.StatusOK
+	})
+	post(t, px, []byte("refused at the proxy\n"), "Feed", other, "AccountId", "1000").
+		fails(t, http.StatusNotAcceptable, 113)
+	for _, s := range pxKept(t, px) {
+		if s.Feed == other {
+			t.Errorf("the proxy stored a post the rules refuse: %+v", s)
+		}
+	}
+	parts := pxWaitFeedParts(t, main, testFeed, 1)
+	for _, p := range parts {
+		if p.meta.Value("AccountId") != "1000" || p.meta.Value("DataReceiptRule") != "1" {
+			t.Errorf("part %q at the main service: AccountId %q DataReceiptRule %q, want 1000 and 1",
+				p.data, p.meta.Value("AccountId"), p.meta.Value("DataReceiptRule"))
+		}
+	}
 }

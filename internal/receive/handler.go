@@ -244,8 +244,11 @@ func (p *post) run() (outcome, error) {
 
 	// Checks that can reject a post run before its body is read. A zip
 	// without a Feed header may name its feeds in its meta entries, so its
-	// checks run per part once the entries are known.
-	deferFeedCheck := compression == "ZIP" && p.feed == "" && !h.cfg.FeedNameGenerationEnabled
+	// checks run per part once the entries are known. So do a trusted
+	// forwarder's under receipt rules: its headers describe the forwarder,
+	// and each part says who sent it, which is what the rules are about.
+	deferFeedCheck := compression == "ZIP" && (p.feed == "" && !h.cfg.FeedNameGenerationEnabled ||
+		h.cfg.ReceiptCheckMode == config.ReceiptPolicy && p.trustedForwarder())
 	drop := false
 	if !deferFeedCheck {
 		d, err := h.check(p.r.Context(), p.attrs)
@@ -326,7 +329,7 @@ var certKeys = []string{"RemoteDN", "RemoteCertExpiry"}
 // every sender): a proxy's meta entries name the sender it received each
 // post from, which this hop cannot see.
 func (p *post) protect(a *attr.Map) {
-	if p.identity != nil && p.h.trusted[string(p.identity.Type)+":"+p.identity.SubjectID] {
+	if p.trustedForwarder() {
 		return
 	}
 	for _, k := range certKeys {
@@ -337,6 +340,12 @@ func (p *post) protect(a *attr.Map) {
 		}
 	}
 	auth.Apply(a, p.identity)
+}
+
+// trustedForwarder reports whether the sender is in
+// receive.trustedForwarders.
+func (p *post) trustedForwarder() bool {
+	return p.identity != nil && p.h.trusted[string(p.identity.Type)+":"+p.identity.SubjectID]
 }
 
 // decision is the result of the receipt checks for one feed and type.
