@@ -149,6 +149,17 @@ func TestReceiptRules(t *testing.T) {
 		t.Errorf("decide with rules sent: %+v", dec)
 	}
 
+	// Each decision is counted by rule and action.
+	for series, want := range map[string]float64{
+		`weir_receive_rule_decisions_total{action="REJECT",rule="none"}`: 1,
+		`weir_receive_rule_decisions_total{action="RECEIVE",rule="5"}`:   1,
+		`weir_receive_rule_decisions_total{action="DROP",rule="1"}`:      1,
+	} {
+		if got := metric(t, s, series); got != want {
+			t.Errorf("%s = %g, want %g", series, got, want)
+		}
+	}
+
 	// A proxy asking about a feed and a sender gets the rules' answer.
 	q := func(feedName, user string) string {
 		return `{"feedName": "` + feedName + `", "userDesc": {"subjectId": "` + user + `"}}`

@@ -486,6 +486,13 @@ func (h *Handler) checkRules(ctx context.Context, d decision, attrs *attr.Map) (
 		return false, wrap(Unavailable, err, "the data receipt rules cannot be read")
 	}
 	dec := set.Decide(attrs.Get)
+	if m := h.opt.Metrics; m != nil {
+		rule := "none"
+		if dec.Rule > 0 {
+			rule = strconv.Itoa(dec.Rule)
+		}
+		m.rules.WithLabelValues(rule, string(dec.Action)).Inc()
+	}
 	switch dec.Action {
 	case receiptrule.Reject:
 		if dec.Rule == 0 {

@@ -12,6 +12,7 @@ type Metrics struct {
 	duration   *prometheus.HistogramVec
 	inflight   prometheus.Gauge
 	undeclared *prometheus.CounterVec
+	rules      *prometheus.CounterVec
 }
 
 // NewMetrics creates the datafeed metrics and registers them with reg.
@@ -42,7 +43,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "weir_receive_undeclared_compression_total",
 			Help: "Posts declared uncompressed whose body starts with gzip or zip magic bytes.",
 		}, []string{"format"}),
+		rules: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weir_receive_rule_decisions_total",
+			Help: "Decisions of the data receipt rules (RECEIPT_POLICY mode) by rule number (none: no rule matched) and action: one per post, per zip part and per feed status question.",
+		}, []string{"rule", "action"}),
 	}
-	reg.MustRegister(m.requests, m.bytes, m.stored, m.duration, m.inflight, m.undeclared)
+	reg.MustRegister(m.requests, m.bytes, m.stored, m.duration, m.inflight, m.undeclared, m.rules)
 	return m
 }
