@@ -67,6 +67,8 @@ const feedStatusDescription = "Answers as the datafeed would for a post to that 
 	"under this service's `receive.receiptCheckMode` and with the same checks in the same order " +
 	"(type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed " +
 	"being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; " +
+	"RECEIPT_POLICY answers by the data receipt rules for that sender (userDesc) and attributes (Reject with 113 when " +
+	"they refuse, without naming the rule), then Reject with 101 for an unknown feed; " +
 	"RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. " +
 	"Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. " +
 	"A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, " +

@@ -76,7 +76,8 @@ func (s *server) registerReceiptRules() {
 		Description: needs + "Takes the complete rule set with the version it replaces: a version that is not the " +
 			"current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules " +
 			"decide the next post on this node at once, and on other nodes of a cluster within 5 seconds.",
-		Errors: []int{http.StatusConflict, http.StatusUnprocessableEntity},
+		Errors:       []int{http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity},
+		MaxBodyBytes: receiptrule.MaxJSONBytes,
 	}), func(ctx context.Context, in *putReceiptRulesInput) (*receiptRulesOutput, error) {
 		if err := require(ctx, access.ManageReceiptRules); err != nil {
 			return nil, err
@@ -112,7 +113,8 @@ func (s *server) registerReceiptRules() {
 		Description: needs + "Says which rule would decide a post with these attributes, and what it would do: the " +
 			"stored rules, or the rules sent with the question (to try them before storing them). Nothing is stored " +
 			"and no post is made; whether the feed exists is not checked.",
-		Errors: []int{http.StatusUnprocessableEntity},
+		Errors:       []int{http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity},
+		MaxBodyBytes: receiptrule.MaxJSONBytes,
 	}), func(ctx context.Context, in *decideReceiptRulesInput) (*receiptDecisionOutput, error) {
 		if err := require(ctx, access.ManageReceiptRules); err != nil {
 			return nil, err
@@ -129,6 +131,10 @@ func (s *server) registerReceiptRules() {
 		}
 		a := &attr.Map{}
 		for k, v := range in.Body.Attributes {
+			if _, dup := a.Get(k); dup {
+				return nil, huma.Error422UnprocessableEntity("attribute names are matched in any case",
+					&huma.ErrorDetail{Location: "body.attributes", Message: "two attributes are named " + k + " in different cases"})
+			}
 			a.Put(k, v)
 		}
 		d := set.Decide(a.Get)

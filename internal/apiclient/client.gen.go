@@ -2350,7 +2350,7 @@ type ClientInterface interface {
 	//
 	// The legacy form of `POST /feedStatus/v2/getFeedStatus`, for older proxies: the feed and the sender's certificate DN instead of a user and attributes. The answer is the same.
 	//
-	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIPT_POLICY answers by the data receipt rules for that sender (userDesc) and attributes (Reject with 113 when they refuse, without naming the rule), then Reject with 101 for an unknown feed; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
 	//
 	// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
 	//
@@ -2363,7 +2363,7 @@ type ClientInterface interface {
 	//
 	// The legacy form of `POST /feedStatus/v2/getFeedStatus`, for older proxies: the feed and the sender's certificate DN instead of a user and attributes. The answer is the same.
 	//
-	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIPT_POLICY answers by the data receipt rules for that sender (userDesc) and attributes (Reject with 113 when they refuse, without naming the rule), then Reject with 101 for an unknown feed; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
 	//
 	// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
 	//
@@ -2374,7 +2374,7 @@ type ClientInterface interface {
 
 	// GetFeedStatusWithBody Ask whether a feed receives data
 	//
-	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIPT_POLICY answers by the data receipt rules for that sender (userDesc) and attributes (Reject with 113 when they refuse, without naming the rule), then Reject with 101 for an unknown feed; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
 	//
 	// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
 	//
@@ -2385,7 +2385,7 @@ type ClientInterface interface {
 
 	// GetFeedStatus Ask whether a feed receives data
 	//
-	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIPT_POLICY answers by the data receipt rules for that sender (userDesc) and attributes (Reject with 113 when they refuse, without naming the rule), then Reject with 101 for an unknown feed; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
 	//
 	// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
 	//
@@ -3087,7 +3087,7 @@ func (c *Client) ExportStreams(ctx context.Context, body ExportStreamsJSONReques
 //
 // The legacy form of `POST /feedStatus/v2/getFeedStatus`, for older proxies: the feed and the sender's certificate DN instead of a user and attributes. The answer is the same.
 //
-// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIPT_POLICY answers by the data receipt rules for that sender (userDesc) and attributes (Reject with 113 when they refuse, without naming the rule), then Reject with 101 for an unknown feed; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
 //
 // Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
 //
@@ -3110,7 +3110,7 @@ func (c *Client) GetFeedStatusV1WithBody(ctx context.Context, contentType string
 //
 // The legacy form of `POST /feedStatus/v2/getFeedStatus`, for older proxies: the feed and the sender's certificate DN instead of a user and attributes. The answer is the same.
 //
-// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIPT_POLICY answers by the data receipt rules for that sender (userDesc) and attributes (Reject with 113 when they refuse, without naming the rule), then Reject with 101 for an unknown feed; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
 //
 // Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
 //
@@ -3131,7 +3131,7 @@ func (c *Client) GetFeedStatusV1(ctx context.Context, body GetFeedStatusV1JSONRe
 
 // GetFeedStatusWithBody Ask whether a feed receives data
 //
-// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIPT_POLICY answers by the data receipt rules for that sender (userDesc) and attributes (Reject with 113 when they refuse, without naming the rule), then Reject with 101 for an unknown feed; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
 //
 // Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
 //
@@ -3152,7 +3152,7 @@ func (c *Client) GetFeedStatusWithBody(ctx context.Context, contentType string, 
 
 // GetFeedStatus Ask whether a feed receives data
 //
-// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIPT_POLICY answers by the data receipt rules for that sender (userDesc) and attributes (Reject with 113 when they refuse, without naming the rule), then Reject with 101 for an unknown feed; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
 //
 // Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
 //
@@ -6962,7 +6962,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// The legacy form of `POST /feedStatus/v2/getFeedStatus`, for older proxies: the feed and the sender's certificate DN instead of a user and attributes. The answer is the same.
 	//
-	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIPT_POLICY answers by the data receipt rules for that sender (userDesc) and attributes (Reject with 113 when they refuse, without naming the rule), then Reject with 101 for an unknown feed; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
 	//
 	// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
 	//
@@ -6975,7 +6975,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// The legacy form of `POST /feedStatus/v2/getFeedStatus`, for older proxies: the feed and the sender's certificate DN instead of a user and attributes. The answer is the same.
 	//
-	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIPT_POLICY answers by the data receipt rules for that sender (userDesc) and attributes (Reject with 113 when they refuse, without naming the rule), then Reject with 101 for an unknown feed; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
 	//
 	// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
 	//
@@ -6986,7 +6986,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetFeedStatusWithBodyWithResponse Ask whether a feed receives data
 	//
-	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIPT_POLICY answers by the data receipt rules for that sender (userDesc) and attributes (Reject with 113 when they refuse, without naming the rule), then Reject with 101 for an unknown feed; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
 	//
 	// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
 	//
@@ -6997,7 +6997,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetFeedStatusWithResponse Ask whether a feed receives data
 	//
-	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+	// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIPT_POLICY answers by the data receipt rules for that sender (userDesc) and attributes (Reject with 113 when they refuse, without naming the rule), then Reject with 101 for an unknown feed; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
 	//
 	// Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
 	//
@@ -9723,6 +9723,8 @@ type ReplaceReceiptRulesResponse struct {
 	ApplicationproblemJSON403 *ErrorModel
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -9747,6 +9749,11 @@ func (r ReplaceReceiptRulesResponse) GetApplicationproblemJSON403() *ErrorModel 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r ReplaceReceiptRulesResponse) GetApplicationproblemJSON409() *ErrorModel {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ReplaceReceiptRulesResponse) GetApplicationproblemJSON413() *ErrorModel {
+	return r.ApplicationproblemJSON413
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -9797,6 +9804,8 @@ type DecideReceiptRulesResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -9816,6 +9825,11 @@ func (r DecideReceiptRulesResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r DecideReceiptRulesResponse) GetApplicationproblemJSON403() *ErrorModel {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r DecideReceiptRulesResponse) GetApplicationproblemJSON413() *ErrorModel {
+	return r.ApplicationproblemJSON413
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -11519,7 +11533,7 @@ func (c *ClientWithResponses) ExportStreamsWithResponse(ctx context.Context, bod
 //
 // The legacy form of `POST /feedStatus/v2/getFeedStatus`, for older proxies: the feed and the sender's certificate DN instead of a user and attributes. The answer is the same.
 //
-// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIPT_POLICY answers by the data receipt rules for that sender (userDesc) and attributes (Reject with 113 when they refuse, without naming the rule), then Reject with 101 for an unknown feed; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
 //
 // Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
 //
@@ -11538,7 +11552,7 @@ func (c *ClientWithResponses) GetFeedStatusV1WithBodyWithResponse(ctx context.Co
 //
 // The legacy form of `POST /feedStatus/v2/getFeedStatus`, for older proxies: the feed and the sender's certificate DN instead of a user and attributes. The answer is the same.
 //
-// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIPT_POLICY answers by the data receipt rules for that sender (userDesc) and attributes (Reject with 113 when they refuse, without naming the rule), then Reject with 101 for an unknown feed; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
 //
 // Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
 //
@@ -11555,7 +11569,7 @@ func (c *ClientWithResponses) GetFeedStatusV1WithResponse(ctx context.Context, b
 
 // GetFeedStatusWithBodyWithResponse Ask whether a feed receives data
 //
-// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIPT_POLICY answers by the data receipt rules for that sender (userDesc) and attributes (Reject with 113 when they refuse, without naming the rule), then Reject with 101 for an unknown feed; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
 //
 // Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
 //
@@ -11572,7 +11586,7 @@ func (c *ClientWithResponses) GetFeedStatusWithBodyWithResponse(ctx context.Cont
 
 // GetFeedStatusWithResponse Ask whether a feed receives data
 //
-// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
+// Answers as the datafeed would for a post to that feed with these attributes, under this service's `receive.receiptCheckMode` and with the same checks in the same order (type, feed name, then the mode): FEED_STATUS (the default) answers with the feed's status, an unknown feed being Reject with 110; FEED_EXISTENCE answers Receive for any existing feed and Reject with 101 otherwise; RECEIPT_POLICY answers by the data receipt rules for that sender (userDesc) and attributes (Reject with 113 when they refuse, without naming the rule), then Reject with 101 for an unknown feed; RECEIVE_ALL, DROP_ALL and REJECT_ALL (113) answer the same for every feed. Proxies ask it before they accept data, so that a sender is refused at the proxy as it would be here. A refusal is an answer (200 with status Reject), not an HTTP error; a missing or blank feedName is Reject with 100, and no feed is ever generated or created by a question.
 //
 // Any authenticated caller may ask; no application permission is needed (a proxy authenticates with an API key of its own user, not with a sender's data feed key or certificate). 503 with Retry-After when the answer cannot be worked out now (the feed table cannot be read, or this service does not receive data); a proxy then uses its fallback.
 //
@@ -14472,6 +14486,13 @@ func ParseReplaceReceiptRulesResponse(rsp *http.Response) (*ReplaceReceiptRulesR
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -14525,6 +14546,13 @@ func ParseDecideReceiptRulesResponse(rsp *http.Response) (*DecideReceiptRulesRes
 			return nil, err
 		}
 		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest ErrorModel

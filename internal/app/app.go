@@ -230,6 +230,15 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 		ro.RecordHopReceipts = true
 		rules := receiptrule.NewSource(a.repo, 0, log.With("log", "receipt-rules"))
 		ro.ReceiptRules = rules
+		if cfg.Receive.ReceiptCheckMode == config.ReceiptPolicy {
+			// Read now, not by the first post. Until they can be read,
+			// posts get 503 with Retry-After.
+			if set, err := rules.Current(ctx); err != nil {
+				log.Error("the data receipt rules cannot be read; posts are refused with 503 until they can", "err", err)
+			} else {
+				log.Info("data receipt rules decide every post (receiptCheckMode RECEIPT_POLICY)", "rules", set.Len())
+			}
+		}
 		h := receive.New(ro)
 		h.Register(mux)
 		var tokens api.Tokens

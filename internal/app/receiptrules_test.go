@@ -13,6 +13,7 @@ import (
 	"github.com/weirhq/weir/internal/app/apptest"
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/feed"
+	"github.com/weirhq/weir/internal/streamfile"
 )
 
 // rulesDoc is the API's view of the receipt rules.
@@ -164,7 +165,10 @@ func TestReceiptRules(t *testing.T) {
 	q := func(feedName, user string) string {
 		return `{"feedName": "` + feedName + `", "userDesc": {"subjectId": "` + user + `"}}`
 	}
-	wantAnswer(t, s, feedStatusV2, bob.key, q("TEAM-B-LOGS", "alice"), "Reject", 113, "REJECTED_BY_POLICY_RULES")
+	// The answer names no rule: any API key may ask, about any sender.
+	if a := wantAnswer(t, s, feedStatusV2, bob.key, q("TEAM-B-LOGS", "alice"), "Reject", 113, "REJECTED_BY_POLICY_RULES"); strings.Contains(a.Message, "alice elsewhere") || strings.Contains(a.Message, "rule 3") {
+		t.Errorf("a feed status answer names the rule: %q", a.Message)
+	}
 	wantAnswer(t, s, feedStatusV2, bob.key, q("TEAM-A-LOGS", "alice"), "Receive", 0, "OK")
 	wantAnswer(t, s, feedStatusV2, bob.key, q("X-NOISE", "carol"), "Drop", 0, "OK")
 
@@ -230,6 +234,8 @@ func TestReceiptRulesThroughProxy(t *testing.T) {
 	// The proxy's senders are not authenticated (UNAUTHENTICATED_USER);
 	// account 1000 may post to the test feed only.
 	rules := `[
+	  {"name": "system B", "action": "REJECT",
+	   "expression": {"type": "term", "field": "System", "condition": "EQUALS", "value": "B"}},
 	  {"name": "1000 to the test feed", "action": "RECEIVE", "expression": {"type": "operator", "children": [
 	    {"type": "term", "field": "AccountId", "condition": "EQUALS", "value": "1000"},
 	    {"type": "term", "field": "Feed", "condition": "EQUALS", "value": "` + testFeed + `"}]}},
@@ -241,29 +247,96 @@ func TestReceiptRulesThroughProxy(t *testing.T) {
 	}
 	weirAdmin(t, main, "receipt-rules", "set", path)
 	dfk, _ := dbDataFeedKey(t, main, "2000", time.Now().Add(time.Hour))
+	asker := pxAPIKey(t, main, "rules-asker", "Feed Status Asker")
+	// The main service rereads its rules within 5 s of `weir admin` setting
+	// them; the proxy would cache an answer given before for a minute.
+	apptest.WaitFor(t, "the main service to use the rules", func() bool {
+		_, _, b := askFeedStatus(t, main, feedStatusV2, asker,
+			`{"feedName": "`+testFeed+`", "attributeMap": {"AccountId": "1000", "System": "A"}}`)
+		return strings.Contains(string(b), `"status":"Receive"`)
+	})
 	px := pxProxy(t, "proxy-rules", func(c *config.Proxy) {
 		c.Receive.ReceiptCheckMode = config.FeedStatus
-		c.FeedStatus.APIKey = pxAPIKey(t, main, "rules-asker", "Feed Status Asker")
+		c.FeedStatus.APIKey = asker
 		c.ForwardHTTPDestinations[0].DataFeedKey = dfk
 		c.ForwardHTTPDestinations[0].DataFeedKeyOwner = "2000"
 	}, main.URL+"/datafeed")
 
-	// The main service rereads its rules within 5 s of `weir admin` setting them.
-	apptest.WaitFor(t, "the main service to use the rules", func() bool {
-		return post(t, px, []byte("allowed\n"), "Feed", testFeed, "AccountId", "1000").code == http.StatusOK
+	post(t, px, []byte("allowed\n"), "Feed", testFeed, "AccountId", "1000", "System", "A").accepted(t)
+	r := post(t, px, []byte("refused at the proxy\n"), "Feed", other, "AccountId", "1000", "System", "A")
+	r.fails(t, http.StatusNotAcceptable, 113)
+	if msg := r.header.Get("Service-Error"); strings.Contains(msg, "1000 elsewhere") || strings.Contains(msg, "rule 3") {
+		t.Errorf("the proxy's answer names the main service's rule: %q", msg)
+	}
+	// The proxy's answer for this feed and sender is cached, so a post the
+	// rules refuse for another attribute is accepted at the proxy; the main
+	// service drops that part and stores the rest of the aggregate.
+	post(t, px, []byte("refused at the main service\n"), "Feed", testFeed, "AccountId", "1000", "System", "B").accepted(t)
+	pxWaitDrained(t, px) // every aggregate delivered: none refused as a whole
+	parts := pxFeedParts(t, main, testFeed)
+	if len(parts) != 1 || string(parts[0].data) != "allowed\n" {
+		t.Fatalf("parts at the main service: %+v, want only the allowed one", parts)
+	}
+	if p := parts[0]; p.meta.Value("AccountId") != "1000" || p.meta.Value("DataReceiptRule") != "2" {
+		t.Errorf("part at the main service: AccountId %q DataReceiptRule %q, want 1000 and 2",
+			p.meta.Value("AccountId"), p.meta.Value("DataReceiptRule"))
+	}
+	if !strings.Contains(main.Logs.String(), "the part is dropped, the rest stored") {
+		t.Errorf("the dropped part was not logged")
+	}
+}
+
+// TestReceiptRulesRecorded: a stream records the rules that received its
+// parts, never a sender's claim; the rules see the type a post would be
+// stored as (the configured spelling, or the feed's default).
+func TestReceiptRulesRecorded(t *testing.T) {
+	t.Parallel()
+	const refFeed = "RR-REFERENCE"
+	s := start(t, func(c *config.Config) { c.Receive.ReceiptCheckMode = config.ReceiptPolicy })
+	s.CreateFeed(refFeed, "", "Raw Reference")
+	path := filepath.Join(t.TempDir(), "rules.json")
+	rules := `[
+	  {"action": "RECEIVE", "expression": {"type": "term", "field": "System", "condition": "EQUALS", "value": "A"}},
+	  {"action": "RECEIVE", "expression": {"type": "term", "field": "System", "condition": "EQUALS", "value": "B"}},
+	  {"name": "no reference data", "action": "REJECT",
+	   "expression": {"type": "term", "field": "Type", "condition": "EQUALS", "value": "Raw Reference"}},
+	  {"action": "RECEIVE"}]`
+	if err := os.WriteFile(path, []byte(rules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	weirAdmin(t, s, "receipt-rules", "set", path)
+	apptest.WaitFor(t, "the server to use the rules", func() bool {
+		return post(t, s, []byte("x"), "Feed", testFeed).code == http.StatusOK
 	})
-	post(t, px, []byte("refused at the proxy\n"), "Feed", other, "AccountId", "1000").
-		fails(t, http.StatusNotAcceptable, 113)
-	for _, s := range pxKept(t, px) {
-		if s.Feed == other {
-			t.Errorf("the proxy stored a post the rules refuse: %+v", s)
+
+	id := post(t, s, []byte("plain"), "Feed", testFeed, "System", "A", "DataReceiptRule", "999").ok(t)
+	if got := streamByReceipt(t, s, id).Attributes.Value("DataReceiptRule"); got != "1" {
+		t.Errorf("plain post: DataReceiptRule %q, want 1 (the sender's 999 removed)", got)
+	}
+
+	// Three parts of one feed, received by three rules; the header's claim
+	// and a meta entry's are both removed.
+	z := zipOf(t, "001.meta", "Feed:"+testFeed+"\nSystem:A\nDataReceiptRule:998\n", "001.dat", "a\n",
+		"002.meta", "Feed:"+testFeed+"\nSystem:B\n", "002.dat", "b\n",
+		"003.meta", "Feed:"+testFeed+"\n", "003.dat", "c\n")
+	id = post(t, s, z, "Compression", "ZIP", "DataReceiptRule", "999").ok(t)
+	st := streamByReceipt(t, s, id)
+	if got := st.Attributes.Value("DataReceiptRule"); got != "1,2,4" {
+		t.Errorf("zip stream: DataReceiptRule %q, want 1,2,4", got)
+	}
+	for i, want := range []string{"1", "2", "4"} {
+		m := string(s.Read(st.ID, streamfile.Meta, i))
+		if !strings.Contains("\n"+m, "\nDataReceiptRule:"+want+"\n") || strings.Contains(m, "998") {
+			t.Errorf("part %d meta has not DataReceiptRule %s alone:\n%s", i, want, m)
 		}
 	}
-	parts := pxWaitFeedParts(t, main, testFeed, 1)
-	for _, p := range parts {
-		if p.meta.Value("AccountId") != "1000" || p.meta.Value("DataReceiptRule") != "1" {
-			t.Errorf("part %q at the main service: AccountId %q DataReceiptRule %q, want 1000 and 1",
-				p.data, p.meta.Value("AccountId"), p.meta.Value("DataReceiptRule"))
-		}
+
+	// The rules see the type as it would be stored.
+	post(t, s, []byte("ref"), "Feed", testFeed, "Type", "raw reference").
+		fails(t, http.StatusNotAcceptable, 113, `data receipt rule 3 ("no reference data")`)
+	post(t, s, []byte("ref by default"), "Feed", refFeed).
+		fails(t, http.StatusNotAcceptable, 113, `data receipt rule 3 ("no reference data")`)
+	if got := post(t, s, []byte("events"), "Feed", refFeed, "Type", "Raw Events"); got.code != http.StatusOK {
+		t.Errorf("Raw Events to a reference feed: %d %s", got.code, got.header.Get("Service-Error"))
 	}
 }

@@ -11,9 +11,6 @@ import (
 	"github.com/weirhq/weir/internal/receiptrule"
 )
 
-// maxRulesFile bounds what `receipt-rules set` reads: a thousand rules of
-// the largest expressions fit several times over.
-const maxRulesFile = 64 << 20
 
 // showReceiptRules prints the stored rules as the JSON array `set` takes,
 // so that show, edit and set round-trip.
@@ -46,12 +43,12 @@ func setReceiptRules(ctx context.Context, repo *meta.Repo, name string, stdin io
 		defer f.Close()
 		in = f
 	}
-	b, err := io.ReadAll(io.LimitReader(in, maxRulesFile+1))
+	b, err := io.ReadAll(io.LimitReader(in, receiptrule.MaxJSONBytes+1))
 	if err != nil {
 		return fmt.Errorf("read %s: %w", name, err)
 	}
-	if len(b) > maxRulesFile {
-		return fmt.Errorf("%s is larger than %d MiB", name, maxRulesFile>>20)
+	if len(b) > receiptrule.MaxJSONBytes {
+		return fmt.Errorf("%s is larger than %d MiB", name, receiptrule.MaxJSONBytes>>20)
 	}
 	rules, set, err := receiptrule.Parse(b)
 	if err != nil {

@@ -42,8 +42,9 @@ const (
 
 // Limits on a rule set, which every post is matched against.
 const (
-	MaxRules     = 1000
-	MaxNameBytes = 256
+	MaxRules      = 1000
+	MaxNameLength = 256     // characters
+	MaxJSONBytes  = 8 << 20 // a rule set as JSON (the API's and the admin command's limit)
 )
 
 // Rule is one data receipt rule as JSON.
@@ -51,7 +52,7 @@ type Rule struct {
 	Name       string                      `json:"name,omitempty" maxLength:"256" doc:"What the rule is for; shown in the answer to a post it rejects."`
 	Enabled    *bool                       `json:"enabled,omitempty" doc:"false: the rule is kept but skipped (default true)."`
 	Action     Action                      `json:"action" enum:"RECEIVE,REJECT,DROP" doc:"What happens to a post the rule matches: RECEIVE takes it (its feed must exist, else 406 with status 101), REJECT refuses it (406 with status 113), DROP answers 200 with a receipt id and stores nothing."`
-	Expression *streamquery.ExpressionItem `json:"expression,omitempty" doc:"Which posts the rule matches; none (or an operator without enabled terms) matches every post. Each term's field names an attribute of the post, matched in any case: a header (Feed, Type, System, ...), UploadUserId and UploadUsername (the authenticated sender), the attributes of the sender's data feed key or certificate, RemoteHost, RemoteAddress, ReceivedTime. A missing attribute matches only IS_NULL. EQUALS and NOT_EQUALS take * as any characters; comparisons are case-sensitive; ordering conditions compare whole numbers as numbers and dates in weir's layout (2024-03-01T12:34:56.789Z) as dates."`
+	Expression *streamquery.ExpressionItem `json:"expression,omitempty" doc:"Which posts the rule matches. None: every post. An expression that is switched off or has no enabled term: no post (the rule is skipped). Each term's field names an attribute of the post, matched in any case. UploadUserId and UploadUsername (the authenticated sender) and the attributes of the sender's data feed key or certificate identity are set by weir and cannot be claimed by a sender; Type is the stream type the post would be stored as (the feed's default when the sender sent none); every other attribute (Feed, System, AccountId without a key that sets it, RemoteHost, RemoteAddress, ...) is what the sender sent. A missing attribute matches only IS_NULL (NOT_EQUALS too is false for it). EQUALS and NOT_EQUALS take * as any characters; comparisons are case-sensitive; ordering conditions compare whole numbers as numbers and dates in weir's layout (2024-03-01T12:34:56.789Z) as dates."`
 }
 
 // enabled reports whether the rule takes part.
@@ -89,8 +90,8 @@ func Compile(rules []Rule) (*Set, error) {
 	for i, r := range rules {
 		path := "rules[" + strconv.Itoa(i) + "]"
 		switch {
-		case len(r.Name) > MaxNameBytes:
-			return nil, &Error{Path: path + ".name", Msg: fmt.Sprintf("longer than %d bytes", MaxNameBytes)}
+		case utf8.RuneCountInString(r.Name) > MaxNameLength:
+			return nil, &Error{Path: path + ".name", Msg: fmt.Sprintf("longer than %d characters", MaxNameLength)}
 		case !utf8.ValidString(r.Name) || strings.ContainsFunc(r.Name, unicode.IsControl):
 			return nil, &Error{Path: path + ".name", Msg: "must be UTF-8 text without control characters"}
 		}
@@ -102,6 +103,7 @@ func Compile(rules []Rule) (*Set, error) {
 			return nil, &Error{Path: path + ".action", Msg: fmt.Sprintf("%q is not RECEIVE, REJECT or DROP", r.Action)}
 		}
 		var expr *streamquery.Expr
+		off := false
 		if r.Expression != nil {
 			e, err := streamquery.ParseAttributes(r.Expression)
 			if err != nil {
@@ -115,11 +117,12 @@ func Compile(rules []Rule) (*Set, error) {
 				}
 				return nil, &Error{Path: path + ".expression", Msg: err.Error()}
 			}
-			if e.Terms() > 0 {
-				expr = e
-			}
+			// An expression switched off, or without an enabled term,
+			// matches no post: switching conditions off never widens a
+			// rule to every post (the reference system skips such rules).
+			expr, off = e, e.Terms() == 0
 		}
-		if r.enabled() {
+		if r.enabled() && !off {
 			s.rules = append(s.rules, compiled{number: i + 1, name: r.Name, action: r.Action, expr: expr})
 		}
 	}
@@ -187,6 +190,11 @@ type Store interface {
 // effect at once (Source.Invalidate).
 const DefaultRefresh = 5 * time.Second
 
+// loadTimeout bounds one read of the rules from the store.
+const loadTimeout = 10 * time.Second
+
+var errLoading = errors.New("the receipt rules are being read for the first time")
+
 // Source keeps the current rule set of a Store in memory for the posts to
 // be decided against, and notices changes: every refresh period one
 // caller asks the Store for the version (a one-row read) and loads the
@@ -232,15 +240,23 @@ func (s *Source) Current(ctx context.Context) (*Set, error) {
 	if l != nil && !s.stale.Load() && s.now().Sub(l.checked) < s.refresh {
 		return l.set, nil
 	}
-	if l == nil {
-		s.loadMu.Lock()
-	} else if !s.loadMu.TryLock() {
-		return l.set, nil // another caller is refreshing
+	if !s.loadMu.TryLock() {
+		// Another caller is reading the store: carry on with the set we
+		// have, or, before the first has loaded, fail at once rather than
+		// queue every post behind the store.
+		if l == nil {
+			return nil, errLoading
+		}
+		return l.set, nil
 	}
 	defer s.loadMu.Unlock()
 	if l = s.cur.Load(); l != nil && !s.stale.Load() && s.now().Sub(l.checked) < s.refresh {
 		return l.set, nil
 	}
+	// The read is shared by every post that waits for it: it must not end
+	// because the post that happened to start it went away.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), loadTimeout)
+	defer cancel()
 	next, err := s.load(ctx, l)
 	if err != nil {
 		if l == nil {

@@ -31,9 +31,10 @@ func mustParse(t *testing.T, js string) *Set {
 
 // The reference system's cases (datafeed-and-proxy.md 10.6), re-expressed:
 // no rules reject; a REJECT match rejects; a DROP match drops; with several
-// rules the first match decides. Weir needs no field definitions, so the
-// reference's "empty expression but no fields" case is a rule that
-// matches everything.
+// rules the first match decides; a rule whose expression is empty or
+// switched off takes no part (the reference's "empty expression" case is
+// 113). Weir needs no field definitions; a rule with no expression at all
+// matches every post.
 func TestDecide(t *testing.T) {
 	var nilSet *Set
 	if d := nilSet.Decide(attrs("Feed", "F")); d.Action != Reject || d.Rule != 0 {
@@ -50,10 +51,16 @@ func TestDecide(t *testing.T) {
 	  {"name":"reject x","action":"REJECT","expression":{"type":"term","field":"System","condition":"EQUALS","value":"X"}},
 	  {"name":"drop test","action":"DROP","expression":{"type":"term","field":"attribute:Environment","condition":"IN","value":"TEST,DEV"}},
 	  {"name":"empty operator","action":"RECEIVE","expression":{"type":"operator","op":"OR","children":[]}},
-	  {"name":"never","action":"REJECT"}
+	  {"name":"terms off","action":"RECEIVE","expression":{"type":"operator","children":[
+	    {"type":"term","field":"System","condition":"EQUALS","value":"Y","enabled":false}]}},
+	  {"name":"expression off","action":"RECEIVE","expression":{"type":"term","field":"System","condition":"EQUALS","value":"x","enabled":false}},
+	  {"name":"the rest","action":"REJECT"}
 	]`)
-	if set.Len() != 4 {
-		t.Errorf("Len %d, want 4 enabled rules", set.Len())
+	// Rules whose expression is switched off or has no enabled term are
+	// skipped, as the reference system skips them: switching a condition
+	// off never makes a rule match every post.
+	if set.Len() != 3 {
+		t.Errorf("Len %d, want 3 rules that take part", set.Len())
 	}
 	for _, c := range []struct {
 		kv   []string
@@ -62,8 +69,9 @@ func TestDecide(t *testing.T) {
 	}{
 		{[]string{"system", "X", "Environment", "TEST"}, 2, Reject},
 		{[]string{"System", "Y", "ENVIRONMENT", "DEV"}, 3, Drop},
-		{[]string{"System", "x"}, 4, Receive}, // case-sensitive values
-		{nil, 4, Receive},
+		{[]string{"System", "x"}, 7, Reject}, // case-sensitive values; rules 4-6 skipped
+		{[]string{"System", "Y"}, 7, Reject},
+		{nil, 7, Reject},
 	} {
 		d := set.Decide(attrs(c.kv...))
 		if d.Rule != c.rule || d.Action != c.act {
@@ -83,7 +91,7 @@ func TestCompileErrors(t *testing.T) {
 		{`[{"action":"RECEIVE"},{}]`, "rules[1].action", "missing"},
 		{`[{"action":"receive"}]`, "rules[0].action", "is not RECEIVE"},
 		{`[{"action":"DROP","name":"a\u0007b"}]`, "rules[0].name", "control"},
-		{`[{"action":"DROP","name":"` + strings.Repeat("n", MaxNameBytes+1) + `"}]`, "rules[0].name", "longer"},
+		{`[{"action":"DROP","name":"` + strings.Repeat("é", MaxNameLength+1) + `"}]`, "rules[0].name", "longer than 256 characters"},
 		{`[{"action":"DROP","enabled":false,"expression":{"type":"term","field":"Feed","condition":"NEAR","value":"x"}}]`,
 			"rules[0].expression.condition", "unknown condition"},
 		{`[{"action":"DROP","expression":{"type":"operator","children":[{"type":"term","field":"","condition":"EQUALS"}]}}]`,

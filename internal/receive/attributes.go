@@ -108,6 +108,7 @@ func requestAttributes(r *http.Request, hop attr.Hop) *attr.Map {
 		}
 		m.Put(k, v)
 	}
+	m.Delete(keyDataReceiptRule) // this service's decision, not the sender's
 	if strings.TrimSpace(m.Value("GUID")) == "" {
 		m.Put("GUID", newUUID())
 		host := r.RemoteAddr

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/weirhq/weir/internal/attr"
+	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/feed"
 )
 
@@ -35,6 +36,12 @@ func (h *Handler) FeedStatus(ctx context.Context, feedName string, attrs *attr.M
 		case UnknownError, Unavailable:
 			// Internal failures: the question is not answered.
 			return FeedAnswer{}, err
+		case RejectedByPolicy:
+			if h.cfg.ReceiptCheckMode == config.ReceiptPolicy {
+				// Any API key may ask, about any sender: the answer does not
+				// name the rule, so that the rules cannot be read this way.
+				e = &Error{Code: e.Code, Detail: "the data receipt rules refuse it"}
+			}
 		}
 		// d.feed, not feedName: the message is the one a post gets, word
 		// for word (a bad Type is refused before the feed is looked at).

@@ -322,6 +322,11 @@ func (p *post) authenticate() error {
 // load balancer) may set.
 var certKeys = []string{"RemoteDN", "RemoteCertExpiry"}
 
+// keyDataReceiptRule records the data receipt rule that received a part
+// (RECEIPT_POLICY mode). Only this service's decision may set it: a
+// sender's (or an earlier hop's) is removed.
+const keyDataReceiptRule = "DataReceiptRule"
+
 // protect re-applies what this hop established about the sender to the
 // attributes of one zip part, so that a meta entry in the body cannot claim
 // another identity or certificate than the one that authenticated. A
@@ -329,6 +334,7 @@ var certKeys = []string{"RemoteDN", "RemoteCertExpiry"}
 // every sender): a proxy's meta entries name the sender it received each
 // post from, which this hop cannot see.
 func (p *post) protect(a *attr.Map) {
+	a.Delete(keyDataReceiptRule)
 	if p.trustedForwarder() {
 		return
 	}
@@ -396,13 +402,6 @@ func (h *Handler) check(ctx context.Context, attrs *attr.Map) (decision, error) 
 	if h.opt.FeedStatuses != nil && (mode == config.FeedStatus || mode == config.FeedExistence) {
 		return h.checkRemote(ctx, d, attrs, mode)
 	}
-	if mode == config.ReceiptPolicy {
-		drop, err := h.checkRules(ctx, d, attrs)
-		if err != nil || drop {
-			d.drop = drop
-			return d, err
-		}
-	}
 	var f feed.Feed
 	err := meta.ErrNotFound
 	// A name no feed can have is unknown without asking the database:
@@ -415,7 +414,18 @@ func (h *Handler) check(ctx context.Context, attrs *attr.Map) (decision, error) 
 		d.known = true
 	case !errors.Is(err, meta.ErrNotFound):
 		return d, wrap(UnknownError, err, "looking up feed %q", d.feed)
-	case generated && h.cfg.FeedNameGenerationAutoCreate:
+	}
+	if mode == config.ReceiptPolicy {
+		// After the lookup, so that the rules see the type the stream
+		// would be stored as (a feed's default when none was sent); before
+		// a generated feed is created, so that a refused post creates none.
+		drop, err := h.checkRules(ctx, d, attrs, h.storedType(d, f))
+		if err != nil || drop {
+			d.drop = drop
+			return d, err
+		}
+	}
+	if !d.known && generated && h.cfg.FeedNameGenerationAutoCreate {
 		if err := feed.ValidateName(h.feedName, d.feed); err != nil {
 			return d, wrap(FeedNotDefined, err, "the generated feed cannot be created")
 		}
@@ -452,6 +462,8 @@ func (h *Handler) check(ctx context.Context, attrs *attr.Map) (decision, error) 
 		}
 	}
 	if d.typ == "" {
+		// As storedType, but a feed's default type that is not one of
+		// receive.metaTypes refuses the post.
 		switch {
 		case d.known && f.StreamType != "":
 			typ, err := h.streamType(f.StreamType)
@@ -477,7 +489,7 @@ type ReceiptRules interface {
 // its rule as DataReceiptRule, as the reference system does; its feed must
 // then exist, and the feed's status is not consulted (the rules replace
 // it).
-func (h *Handler) checkRules(ctx context.Context, d decision, attrs *attr.Map) (drop bool, err error) {
+func (h *Handler) checkRules(ctx context.Context, d decision, attrs *attr.Map, typ string) (drop bool, err error) {
 	if h.opt.ReceiptRules == nil {
 		return false, errorf(UnknownError, "receive.receiptCheckMode is RECEIPT_POLICY but this service has no receipt rules")
 	}
@@ -485,7 +497,12 @@ func (h *Handler) checkRules(ctx context.Context, d decision, attrs *attr.Map) (
 	if err != nil {
 		return false, wrap(Unavailable, err, "the data receipt rules cannot be read")
 	}
-	dec := set.Decide(attrs.Get)
+	dec := set.Decide(func(name string) (string, bool) {
+		if typ != "" && strings.EqualFold(name, "Type") {
+			return typ, true
+		}
+		return attrs.Get(name)
+	})
 	if m := h.opt.Metrics; m != nil {
 		rule := "none"
 		if dec.Rule > 0 {
@@ -502,8 +519,25 @@ func (h *Handler) checkRules(ctx context.Context, d decision, attrs *attr.Map) (
 	case receiptrule.Drop:
 		return true, nil
 	}
-	attrs.Put("DataReceiptRule", strconv.Itoa(dec.Rule))
+	attrs.Put(keyDataReceiptRule, strconv.Itoa(dec.Rule))
 	return false, nil
+}
+
+// storedType is the stream type a post would be stored as: the type it
+// names (in receive.metaTypes' spelling), else its feed's default, else
+// Raw Events; "" when that is left to a downstream (a proxy) or the feed's
+// default is not a type this service takes (refused later).
+func (h *Handler) storedType(d decision, f feed.Feed) string {
+	switch {
+	case d.typ != "":
+		return d.typ
+	case d.known && f.StreamType != "":
+		typ, _ := h.streamType(f.StreamType)
+		return typ
+	case !h.opt.TypeFromDownstream:
+		return "Raw Events"
+	}
+	return ""
 }
 
 // ruleName quotes a rule's name for a message, if it has one.

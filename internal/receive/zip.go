@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/klauspost/compress/flate"
 
@@ -25,6 +27,7 @@ type zipTarget struct {
 	parts int
 	size  int64
 	attrs *attr.Map
+	rules []string // the data receipt rules that received its parts, in order, once each
 }
 
 // storeZip stores a body in the Stroom zip format. The body is staged to a
@@ -136,7 +139,10 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 		p.protect(merged)
 		d, err := p.checkPart(ctx, merged, decisions, g.Base, deferFeedCheck)
 		if err != nil {
-			return "", err
+			if !p.dropRefusedPart(err, merged, g.Base) {
+				return "", err
+			}
+			continue
 		}
 		if d.drop {
 			continue
@@ -160,6 +166,9 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 				return "", storeError(err)
 			}
 			sa := p.attrs.Clone()
+			// The rule that received the request's headers, if any, is not
+			// the one that received the parts (added below).
+			sa.Delete(keyDataReceiptRule)
 			sa.Put("Feed", d.feed)
 			putType(sa, d.typ)
 			t = &zipTarget{w: w, attrs: sa}
@@ -170,6 +179,9 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 			if p.feed == "" {
 				p.feed, p.typ, p.feedKnown = d.feed, d.typ, d.known
 			}
+		}
+		if r := merged.Value(keyDataReceiptRule); r != "" && !slices.Contains(t.rules, r) {
+			t.rules = append(t.rules, r)
 		}
 		part := t.parts
 		t.parts++
@@ -203,10 +215,32 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 		return outcomeDropped, nil
 	}
 	for _, t := range order {
+		if len(t.rules) > 0 {
+			t.attrs.Put(keyDataReceiptRule, strings.Join(t.rules, ","))
+		}
 		t.attrs.Put("StreamSize", strconv.FormatInt(t.size, 10))
 		t.w.SetAttributes(t.attrs)
 	}
 	return p.commit(post, &committed, stored)
+}
+
+// dropRefusedPart decides whether a part the receipt rules refuse is
+// dropped, and the rest of the zip stored, instead of refusing the whole
+// post: so for a trusted forwarder. A proxy has acknowledged every part to
+// its sender already and cannot tell one of them, so refusing its
+// aggregate would only hold back (in its failure area) the parts the rules
+// accept, from senders who did nothing wrong. The part is logged, with the
+// receipt ids its sender got.
+func (p *post) dropRefusedPart(err error, a *attr.Map, base string) bool {
+	var e *Error
+	if p.h.cfg.ReceiptCheckMode != config.ReceiptPolicy || !p.trustedForwarder() ||
+		!errors.As(err, &e) || e.Code != RejectedByPolicy {
+		return false
+	}
+	p.h.opt.Log.Warn("the data receipt rules refuse a part of a trusted forwarder's zip: the part is dropped, the rest stored",
+		"receiptId", p.receiptID, "part", base, "feed", a.Value("Feed"), "uploadUserId", a.Value("UploadUserId"),
+		"receiptIdPath", a.Value(attr.KeyReceiptIDPath), "reason", e.Detail)
+	return true
 }
 
 // checkPart runs the receipt checks for one part's feed and type, once per
