@@ -77,6 +77,10 @@ func TestReceiptRules(t *testing.T) {
 	// Only Manage Data Receipt Rules (or Administrator) may read or change them.
 	alice.do(http.MethodGet, "/receiptRules", "").want(t, "alice reads the rules", http.StatusForbidden, nil)
 	alice.do(http.MethodPut, "/receiptRules", `{"rules": [], "version": 0}`).want(t, "alice changes the rules", http.StatusForbidden, nil)
+	alice.do(http.MethodPost, "/receiptRules/decide", `{"attributes": {}}`).want(t, "alice asks for a decision", http.StatusForbidden, nil)
+	apiClient{t: t, url: s.URL + "/api"}.do(http.MethodGet, "/receiptRules", "").want(t, "no key", http.StatusUnauthorized, nil)
+	admin := user(t, s, "boss", []string{access.Administrator}, nil)
+	admin.do(http.MethodGet, "/receiptRules", "").want(t, "an administrator reads the rules", http.StatusOK, nil)
 
 	// A mistake is refused with where it is, and nothing changes.
 	bad := ruler.do(http.MethodPut, "/receiptRules", `{"version": 0, "rules": [{"action": "RECEIVE"},

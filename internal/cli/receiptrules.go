@@ -11,7 +11,6 @@ import (
 	"github.com/weirhq/weir/internal/receiptrule"
 )
 
-
 // showReceiptRules prints the stored rules as the JSON array `set` takes,
 // so that show, edit and set round-trip.
 func showReceiptRules(ctx context.Context, repo *meta.Repo, out io.Writer) error {

@@ -24,22 +24,36 @@ func testReceiptRules(t *testing.T, loc location) {
 	if _, err := r.PutReceiptRules(ctx, `[{"action":"RECEIVE"}]`, 1, "alice"); !errors.As(err, &stale) || stale.Current != 0 {
 		t.Fatalf("put at version 1 of an empty set: %v", err)
 	}
-	first, err := r.PutReceiptRules(ctx, `[{"action":"RECEIVE"}]`, 0, "alice")
-	if err != nil || first.Version != 1 || first.UpdateUser != "alice" || first.UpdateMs == 0 {
-		t.Fatalf("first put: %+v, %v", first, err)
+	// From nothing (the insert path): of writers racing, one wins.
+	other := openRepo(t, loc) // a second process
+	race(t, r, other, 0, 1)
+	first, err := r.PutReceiptRules(ctx, `[{"action":"RECEIVE"}]`, 1, "alice")
+	if err != nil || first.Version != 2 || first.UpdateUser != "alice" || first.UpdateMs == 0 {
+		t.Fatalf("put at version 1: %+v, %v", first, err)
 	}
 	if got, err := r.GetReceiptRules(ctx); err != nil || got != first {
 		t.Fatalf("stored %+v (%v), returned %+v", got, err, first)
 	}
-	if _, err := r.PutReceiptRules(ctx, `[]`, 0, "bob"); !errors.As(err, &stale) || stale.Current != 1 || !errors.Is(err, ErrStale) {
-		t.Fatalf("put at version 0 of a set at 1: %v", err)
+	if _, err := r.PutReceiptRules(ctx, `[]`, 0, "bob"); !errors.As(err, &stale) || stale.Current != 2 || !errors.Is(err, ErrStale) {
+		t.Fatalf("put at version 0 of a set at 2: %v", err)
 	}
 	second, err := r.PutReceiptRules(ctx, `[{"action":"DROP"}]`, AnyVersion, "admin")
-	if err != nil || second.Version != 2 || second.Rules != `[{"action":"DROP"}]` {
+	if err != nil || second.Version != 3 || second.Rules != `[{"action":"DROP"}]` {
 		t.Fatalf("put at any version: %+v, %v", second, err)
 	}
+	race(t, r, other, 3, 1)
+	// Writers at any version all win, one after another.
+	race(t, r, other, AnyVersion, 8)
+	if v, err := r.ReceiptRulesVersion(ctx); err != nil || v != 12 {
+		t.Fatalf("version after the races: %d, %v; want 12", v, err)
+	}
+}
 
-	other := openRepo(t, loc) // a second process
+// race has eight writers, half on each repository, replace the rules at
+// version; want of them must succeed and the rest be refused as stale.
+func race(t *testing.T, r, other *Repo, version int64, want int) {
+	t.Helper()
+	ctx := t.Context()
 	const writers = 8
 	var (
 		wg         sync.WaitGroup
@@ -53,7 +67,7 @@ func testReceiptRules(t *testing.T, loc location) {
 			repo = other
 		}
 		wg.Go(func() {
-			_, err := repo.PutReceiptRules(ctx, `[]`, 2, "racer")
+			_, err := repo.PutReceiptRules(ctx, `[]`, version, "racer")
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -67,10 +81,7 @@ func testReceiptRules(t *testing.T, loc location) {
 		})
 	}
 	wg.Wait()
-	if unexpected != nil || won != 1 || lost != writers-1 {
-		t.Fatalf("race from version 2: %d won, %d stale, unexpected %v", won, lost, unexpected)
-	}
-	if v, err := r.ReceiptRulesVersion(ctx); err != nil || v != 3 {
-		t.Fatalf("version after the race: %d, %v", v, err)
+	if unexpected != nil || won != want || lost != writers-want {
+		t.Fatalf("race at version %d: %d won, %d stale, unexpected %v; want %d winners", version, won, lost, unexpected, want)
 	}
 }

@@ -202,3 +202,47 @@ func TestSource(t *testing.T) {
 		t.Errorf("invalid stored rules: %v; want the last set kept", err)
 	}
 }
+
+// TestSourceConcurrent: posts on many goroutines read the set while the
+// rules change and are invalidated; every set they get is one that was
+// stored, and once the changes stop they all see the last (run with -race).
+func TestSourceConcurrent(t *testing.T) {
+	ctx := t.Context()
+	st := &fakeStore{}
+	st.set(`[{"action":"DROP"}]`, 1, nil)
+	src := NewSource(st, time.Millisecond, nil)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 16 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				s, err := src.Current(ctx)
+				if err != nil && !errors.Is(err, errLoading) {
+					t.Error(err)
+					return
+				}
+				if err == nil && s.Len() != 1 {
+					t.Errorf("a set of %d rules", s.Len())
+					return
+				}
+			}
+		})
+	}
+	for v := int64(2); v <= 200; v++ {
+		action := []string{"RECEIVE", "REJECT", "DROP"}[v%3]
+		st.set(`[{"action":"`+action+`"}]`, v, nil)
+		src.Invalidate()
+	}
+	close(stop)
+	wg.Wait()
+	src.Invalidate()
+	s, err := src.Current(ctx)
+	if err != nil || s.Decide(attrs()).Action != Drop { // version 200: 200 % 3 == 2
+		t.Fatalf("after the changes: %v, %+v", err, s.Decide(attrs()))
+	}
+}
