@@ -3,6 +3,7 @@ package receiptrule
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -244,5 +245,34 @@ func TestSourceConcurrent(t *testing.T) {
 	s, err := src.Current(ctx)
 	if err != nil || s.Decide(attrs()).Action != Drop { // version 200: 200 % 3 == 2
 		t.Fatalf("after the changes: %v, %+v", err, s.Decide(attrs()))
+	}
+}
+
+// BenchmarkDecide: the cost the rules add to a post, with a hundred rules
+// of the common shape (sender and feed prefix) and the post matching the
+// last.
+func BenchmarkDecide(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString("[")
+	for i := range 100 {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		fmt.Fprintf(&sb, `{"action":"RECEIVE","expression":{"type":"operator","children":[
+		  {"type":"term","field":"UploadUserId","condition":"EQUALS","value":"user-%d"},
+		  {"type":"term","field":"Feed","condition":"EQUALS","value":"TEAM-%d-*"}]}}`, i, i)
+	}
+	sb.WriteString("]")
+	_, set, err := Parse([]byte(sb.String()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	get := attrs("Feed", "TEAM-99-LOGS", "UploadUserId", "user-99", "System", "S", "Environment", "PROD",
+		"GUID", "0f8fad5b-d9cb-469f-a165-70867728950e", "ReceiptId", "1795687903768_0000_S_node")
+	b.ReportAllocs()
+	for b.Loop() {
+		if d := set.Decide(get); d.Rule != 100 {
+			b.Fatalf("rule %d", d.Rule)
+		}
 	}
 }
