@@ -286,7 +286,7 @@ func crashDuringPosts(t *testing.T, disk *powerDisk) {
 	e := newEnv(t)
 	if disk != nil {
 		crash = "power cut"
-		e.data = disk.dir
+		e.data, e.onOwnFUSE = disk.dir, true
 	}
 	e.mustAdmin("feed", "create", killFeed)
 	ledger := &killLedger{pool: newKillPool(), sent: map[string]bool{}, receipts: map[string]string{}}

@@ -95,6 +95,9 @@ type weirEnv struct {
 	db     string // "" for SQLite in the data directory
 	node   string
 	config string // path of the YAML config, or ""
+	// onOwnFUSE: data is a power-cut filesystem this test process serves
+	// (cmd/weir/powercut_test.go); see openStore.
+	onOwnFUSE bool
 }
 
 // newEnv makes a fresh installation whose config file sets receive.X for
@@ -255,7 +258,11 @@ type storeReader struct {
 func (e *weirEnv) openStore() *storeReader {
 	e.t.Helper()
 	ctx := context.Background()
-	repo, err := meta.Open(ctx, e.db, e.data, nil)
+	dbDir := e.data
+	if e.onOwnFUSE && e.db == "" {
+		dbDir = e.copySQLite()
+	}
+	repo, err := meta.Open(ctx, e.db, dbDir, nil)
 	if err != nil {
 		e.t.Fatalf("open metadata: %v", err)
 	}
@@ -319,6 +326,34 @@ func (e *weirEnv) lockFiles() []string {
 		}
 	}
 	return found
+}
+
+// copySQLite copies the SQLite database (and its WAL) out of the data
+// directory, for a test process that serves the data directory's FUSE
+// filesystem itself. SQLite maps its WAL index (-shm) into memory; a page
+// fault on a FUSE-backed mapping waits in the kernel for this process's
+// FUSE server, and if the Go runtime stops the world for a collection
+// meanwhile, it waits for the faulting thread too, so neither ever runs
+// again (the test once hung until go test killed it). Reading the files
+// with read(2) does not block a stop-the-world. The copy is consistent
+// because the server is idle while the test verifies; SQLite rebuilds the
+// index from the WAL.
+func (e *weirEnv) copySQLite() string {
+	e.t.Helper()
+	dir := e.t.TempDir()
+	for _, name := range []string{"weir.db", "weir.db-wal"} {
+		b, err := os.ReadFile(filepath.Join(e.data, name))
+		if errors.Is(err, os.ErrNotExist) && name != "weir.db" {
+			continue
+		}
+		if err != nil {
+			e.t.Fatalf("copy the database out of the power-cut filesystem: %v", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	return dir
 }
 
 // storeFiles lists every file under <data>/store.
