@@ -344,3 +344,34 @@ func TestReceiptRulesRecorded(t *testing.T) {
 		t.Errorf("Raw Events to a reference feed: %d %s", got.code, got.header.Get("Service-Error"))
 	}
 }
+
+// TestInstantProxyNotTrusted: a proxy that forwards instantly relays a zip
+// unread, so even as a trusted forwarder its parts cannot claim an
+// identity: the main service stamps them with the proxy's own, as for any
+// sender, and its receipt rules decide by that.
+func TestInstantProxyNotTrusted(t *testing.T) {
+	t.Parallel()
+	const private = "RR-PRIVATE"
+	main := start(t, func(c *config.Config) {
+		c.Receive.AuthenticationRequired = true
+		c.Receive.TrustedForwarders = []string{"DATA_FEED_KEY:data-feed-identity-2000"}
+	})
+	main.CreateFeed(private, "", "")
+	dfk, _ := dbDataFeedKey(t, main, "2000", time.Now().Add(time.Hour))
+	px := pxProxy(t, "proxy-instant-trusted", func(c *config.Proxy) {
+		c.ForwardHTTPDestinations[0].Instant = true
+		c.ForwardHTTPDestinations[0].DataFeedKey = dfk
+		c.ForwardHTTPDestinations[0].DataFeedKeyOwner = "2000"
+	}, main.URL+"/datafeed")
+
+	z := zipOf(t, "001.meta", "Feed:"+private+"\nUploadUserId:root\nUploadUsername:Root\nAccountId:1\n", "001.dat", "claimed\n")
+	post(t, px, z, "Compression", "ZIP").accepted(t)
+	st := main.Streams()
+	if len(st) != 1 {
+		t.Fatalf("%d streams at the main service, want 1", len(st))
+	}
+	p := storedParts(t, main, st[0])[0]
+	if got := [3]string{p.meta.Value("UploadUserId"), p.meta.Value("UploadUsername"), p.meta.Value("AccountId")}; got != [3]string{"data-feed-identity-2000", "data-feed-identity-2000", "2000"} {
+		t.Errorf("a part relayed by an instant proxy kept the identity it claimed: UploadUserId, UploadUsername, AccountId %q", got)
+	}
+}

@@ -78,6 +78,10 @@ func (in *Instant) Relay(ctx context.Context, attrs *attr.Map, compression, cont
 	if contentEncoding != "" {
 		h.Set("Content-Encoding", contentEncoding)
 	}
+	// A relayed zip is not read here: its parts' meta entries are as the
+	// sender wrote them, so the downstream must not trust them even if it
+	// trusts this proxy.
+	h.Set(receive.RelayHeader, receive.RelayInstant)
 	r := s.Post(ctx, h, body)
 	switch {
 	case r.OK():

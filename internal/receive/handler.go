@@ -348,10 +348,20 @@ func (p *post) protect(a *attr.Map) {
 	auth.Apply(a, p.identity)
 }
 
+// RelayHeader, with the value RelayInstant, marks a post a proxy relays
+// during its request (instant forwarding) without reading it: a zip's
+// parts then say whatever its sender wrote in them.
+const (
+	RelayHeader  = "Weir-Relay"
+	RelayInstant = "instant"
+)
+
 // trustedForwarder reports whether the sender is in
-// receive.trustedForwarders.
+// receive.trustedForwarders and vouches for what the post's parts say: a
+// post it relayed unread does not count.
 func (p *post) trustedForwarder() bool {
-	return p.identity != nil && p.h.trusted[string(p.identity.Type)+":"+p.identity.SubjectID]
+	return p.identity != nil && p.h.trusted[string(p.identity.Type)+":"+p.identity.SubjectID] &&
+		!strings.EqualFold(p.r.Header.Get(RelayHeader), RelayInstant)
 }
 
 // decision is the result of the receipt checks for one feed and type.
