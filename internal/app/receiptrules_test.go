@@ -288,6 +288,22 @@ func TestReceiptRulesThroughProxy(t *testing.T) {
 	if !strings.Contains(main.Logs.String(), "the part is dropped, the rest stored") {
 		t.Errorf("the dropped part was not logged")
 	}
+	if got := metric(t, main, "weir_receive_rule_dropped_parts_total"); got != 1 {
+		t.Errorf("weir_receive_rule_dropped_parts_total = %g, want 1", got)
+	}
+
+	// Only a REJECT rule drops a part: a part no rule matches refuses the
+	// whole post, and so does a zip whose every part is refused, so that
+	// the proxy keeps it. Sent as the trusted proxy would send it.
+	asProxy := []string{"Compression", "ZIP", "Authorization", "Bearer " + dfk, "AccountId", "2000"}
+	z := zipOf(t, "001.meta", "Feed:"+testFeed+"\nAccountId:1000\nSystem:A\n", "001.dat", "good\n",
+		"002.meta", "Feed:"+testFeed+"\nAccountId:999\n", "002.dat", "nobody's\n")
+	post(t, main, z, asProxy...).fails(t, http.StatusNotAcceptable, 113, "no data receipt rule accepts")
+	z = zipOf(t, "001.meta", "Feed:"+testFeed+"\nSystem:B\n", "001.dat", "b1\n", "002.meta", "Feed:"+testFeed+"\nSystem:B\n", "002.dat", "b2\n")
+	post(t, main, z, asProxy...).fails(t, http.StatusNotAcceptable, 113, `data receipt rule 1 ("system B")`)
+	if n := len(pxFeedParts(t, main, testFeed)); n != 1 {
+		t.Errorf("%d parts at the main service after two refused zips, want still 1", n)
+	}
 }
 
 // TestReceiptRulesRecorded: a stream records the rules that received its
@@ -373,5 +389,10 @@ func TestInstantProxyNotTrusted(t *testing.T) {
 	p := storedParts(t, main, st[0])[0]
 	if got := [3]string{p.meta.Value("UploadUserId"), p.meta.Value("UploadUsername"), p.meta.Value("AccountId")}; got != [3]string{"data-feed-identity-2000", "data-feed-identity-2000", "2000"} {
 		t.Errorf("a part relayed by an instant proxy kept the identity it claimed: UploadUserId, UploadUsername, AccountId %q", got)
+	}
+	// The mark is this hop's business: it is not stored, so a storing
+	// proxy could never forward it (nor a sender's) as an attribute.
+	if _, ok := st[0].Attributes.Get("Weir-Relay"); ok {
+		t.Errorf("the relay mark was stored as an attribute")
 	}
 }

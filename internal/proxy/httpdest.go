@@ -19,6 +19,7 @@ import (
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/auth"
 	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/receive"
 )
 
 // defaultSendTimeout bounds one forward when the configuration sets none
@@ -66,7 +67,7 @@ var senderOwnHeaders = map[string]bool{
 // body's encodings, which describe what is sent (the caller's Compression
 // argument), not what the attributes say.
 var notFromAttributes = func() map[string]bool {
-	m := map[string]bool{"compression": true, "content-encoding": true}
+	m := map[string]bool{"compression": true, "content-encoding": true, strings.ToLower(receive.RelayHeader): true}
 	for k := range senderOwnHeaders {
 		m[k] = true
 	}

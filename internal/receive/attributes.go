@@ -35,6 +35,7 @@ var notAttributes = map[string]bool{
 	"expect":                  true,
 	"compression":             true,
 	"content-encoding":        true,
+	"weir-relay":              true, // this hop's business (RelayHeader), not the data's
 }
 
 // knownNames restores the conventional spelling of attribute names that

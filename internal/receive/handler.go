@@ -525,13 +525,19 @@ func (h *Handler) checkRules(ctx context.Context, d decision, attrs *attr.Map, t
 		if dec.Rule == 0 {
 			return false, errorf(RejectedByPolicy, "no data receipt rule accepts this post to feed %q", d.feed)
 		}
-		return false, errorf(RejectedByPolicy, "data receipt rule %d%s rejects this post to feed %q", dec.Rule, ruleName(dec.Name), d.feed)
+		e := errorf(RejectedByPolicy, "data receipt rule %d%s rejects this post to feed %q", dec.Rule, ruleName(dec.Name), d.feed)
+		e.Internal = errRuleRejects // marks it, without changing the message
+		return false, e
 	case receiptrule.Drop:
 		return true, nil
 	}
 	attrs.Put(keyDataReceiptRule, strconv.Itoa(dec.Rule))
 	return false, nil
 }
+
+// errRuleRejects is the cause of a refusal by a rule that says REJECT (as
+// opposed to no rule matching).
+var errRuleRejects = errors.New("refused by a REJECT rule")
 
 // storedType is the stream type a post would be stored as: the type it
 // names (in receive.metaTypes' spelling), else its feed's default, else

@@ -13,6 +13,9 @@ type Metrics struct {
 	inflight   prometheus.Gauge
 	undeclared *prometheus.CounterVec
 	rules      *prometheus.CounterVec
+	// droppedParts counts zip parts of trusted forwarders that a REJECT
+	// rule refused and that were dropped while the rest was stored.
+	droppedParts prometheus.Counter
 }
 
 // NewMetrics creates the datafeed metrics and registers them with reg.
@@ -47,7 +50,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "weir_receive_rule_decisions_total",
 			Help: "Decisions of the data receipt rules (RECEIPT_POLICY mode) by rule number (none: no rule matched) and action: one per post, per zip part and per feed status question.",
 		}, []string{"rule", "action"}),
+		droppedParts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "weir_receive_rule_dropped_parts_total",
+			Help: "Parts of trusted forwarders' zips that a REJECT rule refused and that were dropped, the rest of the zip being stored (each is logged at WARN).",
+		}),
 	}
-	reg.MustRegister(m.requests, m.bytes, m.stored, m.duration, m.inflight, m.undeclared, m.rules)
+	reg.MustRegister(m.requests, m.bytes, m.stored, m.duration, m.inflight, m.undeclared, m.rules, m.droppedParts)
 	return m
 }

@@ -122,6 +122,10 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 	var order []*zipTarget
 	decisions := make(map[[2]string]decision)
 	var stored int64
+	// The first part the receipt rules refused and dropped (see
+	// dropRefusedPart), and its feed and type, for when no part is left.
+	var refused error
+	var refusedFeed, refusedType string
 	for gi := range groups {
 		g := &groups[gi]
 		entry := &attr.Map{}
@@ -139,10 +143,16 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 		p.protect(merged)
 		d, err := p.checkPart(ctx, merged, decisions, g.Base, deferFeedCheck)
 		if err != nil {
-			if !p.dropRefusedPart(err, merged, g.Base) {
-				return "", err
+			if p.dropRefusedPart(err, merged, g.Base) {
+				if refused == nil {
+					refused, refusedFeed, refusedType = err, d.feed, d.typ
+				}
+				continue
 			}
-			continue
+			if p.feed == "" {
+				p.feed, p.typ = d.feed, d.typ
+			}
+			return "", err
 		}
 		if d.drop {
 			continue
@@ -209,7 +219,16 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 		}
 	}
 	if len(order) == 0 {
-		if len(groups) == 0 {
+		switch {
+		case refused != nil:
+			// Every part the rules did not drop otherwise was refused:
+			// refuse the post, so that the proxy keeps it (in its failure
+			// area) rather than think it delivered.
+			if p.feed == "" {
+				p.feed, p.typ = refusedFeed, refusedType
+			}
+			return "", refused
+		case len(groups) == 0:
 			return outcomeEmpty, nil
 		}
 		return outcomeDropped, nil
@@ -231,11 +250,18 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 // aggregate would only hold back (in its failure area) the parts the rules
 // accept, from senders who did nothing wrong. The part is logged, with the
 // receipt ids its sender got.
+//
+// Only a rule that says REJECT drops a part: a part no rule matches (the
+// rules may be empty or half written) refuses the post as a whole, and so
+// does a zip whose every part is refused.
 func (p *post) dropRefusedPart(err error, a *attr.Map, base string) bool {
 	var e *Error
 	if p.h.cfg.ReceiptCheckMode != config.ReceiptPolicy || !p.trustedForwarder() ||
-		!errors.As(err, &e) || e.Code != RejectedByPolicy {
+		!errors.As(err, &e) || e.Internal != errRuleRejects {
 		return false
+	}
+	if m := p.h.opt.Metrics; m != nil {
+		m.droppedParts.Inc()
 	}
 	p.h.opt.Log.Warn("the data receipt rules refuse a part of a trusted forwarder's zip: the part is dropped, the rest stored",
 		"receiptId", p.receiptID, "part", base, "feed", a.Value("Feed"), "uploadUserId", a.Value("UploadUserId"),
@@ -262,9 +288,6 @@ func (p *post) checkPart(ctx context.Context, a *attr.Map, cache map[[2]string]d
 		}
 		if errors.As(err, &e) {
 			e.Detail = "part " + strconv.Quote(base) + ": " + e.Detail
-		}
-		if p.feed == "" {
-			p.feed, p.typ = d.feed, d.typ
 		}
 		return d, err
 	}
