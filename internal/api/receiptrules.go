@@ -75,7 +75,7 @@ func (s *server) registerReceiptRules() {
 		Summary: "Replace the data receipt rules",
 		Description: needs + "Takes the complete rule set with the version it replaces: a version that is not the " +
 			"current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules " +
-			"decide the next post on this node at once, and on other nodes of a cluster within 5 seconds.",
+			"decide the posts that start after the change on this node, and on other nodes of a cluster within 5 seconds.",
 		Errors:       []int{http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity},
 		MaxBodyBytes: receiptrule.MaxJSONBytes,
 	}), func(ctx context.Context, in *putReceiptRulesInput) (*receiptRulesOutput, error) {

@@ -2575,7 +2575,7 @@ type ClientInterface interface {
 
 	// ReplaceReceiptRulesWithBody Replace the data receipt rules
 	//
-	// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the next post on this node at once, and on other nodes of a cluster within 5 seconds.
+	// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the posts that start after the change on this node, and on other nodes of a cluster within 5 seconds.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2584,7 +2584,7 @@ type ClientInterface interface {
 
 	// ReplaceReceiptRules Replace the data receipt rules
 	//
-	// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the next post on this node at once, and on other nodes of a cluster within 5 seconds.
+	// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the posts that start after the change on this node, and on other nodes of a cluster within 5 seconds.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3582,7 +3582,7 @@ func (c *Client) GetReceiptRules(ctx context.Context, reqEditors ...RequestEdito
 
 // ReplaceReceiptRulesWithBody Replace the data receipt rules
 //
-// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the next post on this node at once, and on other nodes of a cluster within 5 seconds.
+// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the posts that start after the change on this node, and on other nodes of a cluster within 5 seconds.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3601,7 +3601,7 @@ func (c *Client) ReplaceReceiptRulesWithBody(ctx context.Context, contentType st
 
 // ReplaceReceiptRules Replace the data receipt rules
 //
-// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the next post on this node at once, and on other nodes of a cluster within 5 seconds.
+// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the posts that start after the change on this node, and on other nodes of a cluster within 5 seconds.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7215,7 +7215,7 @@ type ClientWithResponsesInterface interface {
 
 	// ReplaceReceiptRulesWithBodyWithResponse Replace the data receipt rules
 	//
-	// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the next post on this node at once, and on other nodes of a cluster within 5 seconds.
+	// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the posts that start after the change on this node, and on other nodes of a cluster within 5 seconds.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7224,7 +7224,7 @@ type ClientWithResponsesInterface interface {
 
 	// ReplaceReceiptRulesWithResponse Replace the data receipt rules
 	//
-	// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the next post on this node at once, and on other nodes of a cluster within 5 seconds.
+	// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the posts that start after the change on this node, and on other nodes of a cluster within 5 seconds.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11948,7 +11948,7 @@ func (c *ClientWithResponses) GetReceiptRulesWithResponse(ctx context.Context, r
 
 // ReplaceReceiptRulesWithBodyWithResponse Replace the data receipt rules
 //
-// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the next post on this node at once, and on other nodes of a cluster within 5 seconds.
+// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the posts that start after the change on this node, and on other nodes of a cluster within 5 seconds.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11963,7 +11963,7 @@ func (c *ClientWithResponses) ReplaceReceiptRulesWithBodyWithResponse(ctx contex
 
 // ReplaceReceiptRulesWithResponse Replace the data receipt rules
 //
-// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the next post on this node at once, and on other nodes of a cluster within 5 seconds.
+// Needs Manage Data Receipt Rules. Takes the complete rule set with the version it replaces: a version that is not the current one is 409 with the current version; a rule that is not valid is 422 naming where. The new rules decide the posts that start after the change on this node, and on other nodes of a cluster within 5 seconds.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -3,7 +3,6 @@ package meta
 import (
 	"errors"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/weirhq/weir/internal/feed"
@@ -114,38 +113,12 @@ func testFeedVersionConcurrent(t *testing.T, loc location) {
 	if err := r.CreateFeed(ctx, feed.Feed{Name: "RACE", Status: feed.Receive}); err != nil {
 		t.Fatal(err)
 	}
-	const writers = 8
-	var (
-		wg              sync.WaitGroup
-		mu              sync.Mutex
-		won, stale      int
-		unexpectedError error
-	)
-	for i := range writers {
-		repo := r
-		if i%2 == 1 {
-			repo = other
-		}
-		wg.Go(func() {
-			_, err := repo.UpdateFeedVersion(ctx, feed.Feed{Name: "RACE", Status: feed.Reject, Description: "w"}, 1)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				won++
-			case errors.Is(err, ErrStale):
-				stale++
-			default:
-				unexpectedError = err
-			}
-		})
-	}
-	wg.Wait()
-	if unexpectedError != nil {
-		t.Fatal(unexpectedError)
-	}
-	if won != 1 || stale != writers-1 {
-		t.Fatalf("%d won, %d stale; want 1 and %d", won, stale, writers-1)
+	won, stale := versionRace(t, r, other, func(repo *Repo) error {
+		_, err := repo.UpdateFeedVersion(ctx, feed.Feed{Name: "RACE", Status: feed.Reject, Description: "w"}, 1)
+		return err
+	})
+	if won != 1 || stale != raceWriters-1 {
+		t.Fatalf("%d won, %d stale; want 1 and %d", won, stale, raceWriters-1)
 	}
 	if got, _ := r.GetFeed(ctx, "RACE"); got.Version != 2 {
 		t.Fatalf("version %d after one winning update, want 2", got.Version)

@@ -49,39 +49,54 @@ func testReceiptRules(t *testing.T, loc location) {
 	}
 }
 
-// race has eight writers, half on each repository, replace the rules at
+// race has writers, half on each repository, replace the rules at
 // version; want of them must succeed and the rest be refused as stale.
 func race(t *testing.T, r, other *Repo, version int64, want int) {
 	t.Helper()
-	ctx := t.Context()
-	const writers = 8
+	won, stale := versionRace(t, r, other, func(repo *Repo) error {
+		_, err := repo.PutReceiptRules(t.Context(), `[]`, version, "racer")
+		return err
+	})
+	if won != want || stale != raceWriters-want {
+		t.Fatalf("race at version %d: %d won, %d stale; want %d winners", version, won, stale, want)
+	}
+}
+
+// raceWriters is how many writers versionRace starts.
+const raceWriters = 8
+
+// versionRace runs raceWriters version-checked writes at once, half on each
+// repository (two processes), and counts those that succeeded and those
+// refused as stale; any other error fails the test.
+func versionRace(t *testing.T, r, other *Repo, write func(*Repo) error) (won, stale int) {
+	t.Helper()
 	var (
 		wg         sync.WaitGroup
 		mu         sync.Mutex
-		won, lost  int
 		unexpected error
 	)
-	for i := range writers {
+	for i := range raceWriters {
 		repo := r
 		if i%2 == 1 {
 			repo = other
 		}
 		wg.Go(func() {
-			_, err := repo.PutReceiptRules(ctx, `[]`, version, "racer")
+			err := write(repo)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case err == nil:
 				won++
 			case errors.Is(err, ErrStale):
-				lost++
+				stale++
 			default:
 				unexpected = err
 			}
 		})
 	}
 	wg.Wait()
-	if unexpected != nil || won != want || lost != writers-want {
-		t.Fatalf("race at version %d: %d won, %d stale, unexpected %v; want %d winners", version, won, lost, unexpected, want)
+	if unexpected != nil {
+		t.Fatal(unexpected)
 	}
+	return won, stale
 }
