@@ -141,7 +141,7 @@ func (r *Repo) ApplyAggregation(ctx context.Context, b *AggregationBatch) error 
 			for _, it := range chunk {
 				args = append(args, it.StreamID, id(it.Aggregate))
 			}
-			if _, err := tx.ExecContext(ctx, insertItemsSQL(len(chunk)), args...); err != nil {
+			if _, err := tx.ExecContext(ctx, insertItemsSQL(len(chunk), r.namelessParams()), args...); err != nil {
 				return fmt.Errorf("add streams %d.. to aggregates: %w", chunk[0].StreamID, err)
 			}
 		}
@@ -180,15 +180,10 @@ func (r *Repo) ApplyAggregation(ctx context.Context, b *AggregationBatch) error 
 const itemsPerInsert = 128
 
 // insertItemsSQL adds n aggregate items: (stream_id, aggregate_id) pairs.
-func insertItemsSQL(n int) string {
+func insertItemsSQL(n int, nameless bool) string {
 	var b strings.Builder
 	b.WriteString(`INSERT INTO proxy_items (stream_id, aggregate_id) VALUES `)
-	for i := range n {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "($%d, $%d)", 2*i+1, 2*i+2)
-	}
+	valueRows(&b, nameless, n, 2)
 	return b.String()
 }
 
