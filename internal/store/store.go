@@ -176,8 +176,27 @@ func (s *Store) path(st *meta.Stream) string {
 	for i := 0; i+3 < len(padded); i += 3 {
 		parts = append(parts, padded[i:i+3])
 	}
-	parts = append(parts, safeName(st.Feed)+"="+padded+fileSuffix)
+	parts = append(parts, fileName(st.Feed, padded))
 	return filepath.Join(parts...)
+}
+
+// maxFileName is the longest name of a directory entry (NAME_MAX on Linux
+// and the common filesystems).
+const maxFileName = 255
+
+// fileName is a stream file's name, <FEED>=<padded id>.wst. A feed name
+// long enough to take it (or its .lock while it is written) past
+// maxFileName is cut, and the cut marked with a "~", which safeName never
+// writes: the id alone keeps the name unique, and a feed name that long is
+// as valid as any other (a sender may post to one in RECEIVE_ALL mode).
+// Every name that fits maps as it always has, so the paths of existing
+// streams never change.
+func fileName(feed, padded string) string {
+	name, tail := safeName(feed), "="+padded+fileSuffix
+	if keep := maxFileName - len(lockSuffix) - len(tail) - 1; len(name) > keep+1 {
+		name = name[:keep] + "~"
+	}
+	return name + tail
 }
 
 // safeName upper-cases a feed or type name and replaces every character

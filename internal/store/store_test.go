@@ -423,3 +423,53 @@ func TestHopReceiptIDs(t *testing.T) {
 		}
 	})
 }
+
+// TestLongFeedNames writes streams of feeds whose names are too long for a
+// file name as they are (a sender may post to any name in RECEIVE_ALL
+// mode): they are stored and read back, their files' names fit NAME_MAX
+// with the ".lock" of a stream being written, and a name that fits keeps
+// the file name it always had, so existing streams are found where they are.
+func TestLongFeedNames(t *testing.T) {
+	e := newEnv(t, "")
+	s := e.open(t, nil, false)
+	fits := strings.Repeat("F", 240) // 240 + len("=001.wst.lock") = 253
+	names := []string{fits, strings.Repeat("L", 243), strings.Repeat("x", 300), strings.Repeat("é", 2000)}
+	ids := map[string]int64{}
+	for _, name := range names {
+		post := s.Begin()
+		w, err := post.NewStream(context.Background(), spec(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(t, w, streamfile.Data, 0, []byte("data of "+name[:4]))
+		if _, err := post.Commit(context.Background()); err != nil {
+			t.Fatalf("feed of %d bytes: %v", len(name), err)
+		}
+		ids[name] = w.ID()
+	}
+	for _, name := range names {
+		if got := read(t, s, ids[name], streamfile.Data, 0); string(got) != "data of "+name[:4] {
+			t.Errorf("feed of %d bytes: read %q", len(name), got)
+		}
+	}
+	var cut int
+	for _, f := range files(t, filepath.Join(e.dir, "store")) {
+		base := filepath.Base(f)
+		if len(base)+len(".lock") > 255 {
+			t.Errorf("file name of %d bytes: %s", len(base), base)
+		}
+		switch {
+		case strings.HasPrefix(base, fits+"="):
+			if base != fits+"=001.wst" {
+				t.Errorf("a name that fits changed: %s", base)
+			}
+		case strings.Contains(base, "~="):
+			cut++
+		default:
+			t.Errorf("unexpected file %s", base)
+		}
+	}
+	if cut != 3 {
+		t.Errorf("%d cut names, want 3", cut)
+	}
+}
