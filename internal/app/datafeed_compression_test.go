@@ -71,8 +71,9 @@ func TestDatafeedGzipInvalid(t *testing.T) {
 	}{
 		{"not_gzip", []byte("SOME TEST DATA"), "gzip"}, // case 7
 		{"truncated", valid[:len(valid)-10], ""},       // case 21
-		{"trailing_garbage", append(gz(t, "Sample Data"), "GARBAGE"...), ""},
-		{"trailing_member_truncated", append(gz(t, "one"), gz(t, "two")[:12]...), ""},
+		// Too short for another member's header: not "unexpected EOF" alone.
+		{"trailing_garbage", append(gz(t, "Sample Data"), "GARBAGE"...), "ends early, or is followed by bytes that are not compressed data"},
+		{"trailing_member_truncated", append(gz(t, "one"), gz(t, "two")[:12]...), "ends early"},
 		{"corrupt_deflate", corrupt, ""},
 		{"header_only", valid[:10], ""},
 	} {
@@ -260,8 +261,14 @@ func TestDatafeedUndeclaredCompression(t *testing.T) {
 	t.Run("reject", func(t *testing.T) {
 		t.Parallel()
 		s := start(t, mode(config.CompressedReject))
-		post(t, s, gzBody, "Feed", testFeed, "GUID", "rej-gz").fails(t, 406, 201, "Compression", "gzip")
-		post(t, s, zipBody, "Feed", testFeed, "Compression", "NONE").fails(t, 406, 201, "Compression", "zip")
+		post(t, s, gzBody, "Feed", testFeed, "GUID", "rej-gz").fails(t, 406, 201, "Compression", "gzip",
+			"send Compression: GZIP (or Content-Encoding: gzip) or send the data uncompressed")
+		// HTTP has no zip coding, so the advice names only the header.
+		r := post(t, s, zipBody, "Feed", testFeed, "Compression", "NONE")
+		r.fails(t, 406, 201, "Compression", "zip", "send Compression: ZIP or send the data uncompressed")
+		if msg := r.header.Get("Service-Error"); strings.Contains(msg, "Content-Encoding") {
+			t.Errorf("advice for a zip body names Content-Encoding: %s", msg)
+		}
 		l := receiveLog(t, s, "guid", "rej-gz")
 		if l.str("undeclaredCompression") != "gzip" || l.str("outcome") != "rejected" || l.num("status") != 201 {
 			t.Errorf("log %v", l)

@@ -491,7 +491,8 @@ func TestDatafeedStatusCodes(t *testing.T) {
 	t.Run("102_bad_type", func(t *testing.T) {
 		t.Parallel()
 		s := start(t, nil)
-		post(t, s, []byte("data"), "Feed", testFeed, "Type", "Bogus").fails(t, 406, 102, "Data type is invalid", "Bogus")
+		post(t, s, []byte("data"), "Feed", testFeed, "Type", "Bogus").fails(t, 406, 102, "Data type is invalid",
+			"[Feed: TEST-FEED, Type: Bogus] - ")
 		nothingStored(t, s)
 		// Types match case-insensitively and are stored with the configured spelling.
 		id := post(t, s, []byte("data"), "Feed", testFeed, "Type", "raw REFERENCE").ok(t)

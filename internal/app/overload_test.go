@@ -57,7 +57,7 @@ func busy(r *resp, retryAfter string) string {
 		return fmt.Sprintf("%d Service-Status %q (%s), want 503 / 503", r.code, r.header.Get("Service-Status"), r.header.Get("Service-Error"))
 	case r.header.Get("Retry-After") != retryAfter:
 		return fmt.Sprintf("Retry-After %q, want %q", r.header.Get("Retry-After"), retryAfter)
-	case !strings.Contains(r.header.Get("Service-Error"), "posts are being received at once"):
+	case !strings.Contains(r.header.Get("Service-Error"), "as many posts at once as it is configured to"):
 		return fmt.Sprintf("Service-Error %q does not say why", r.header.Get("Service-Error"))
 	}
 	return ""

@@ -110,8 +110,14 @@ func (p *post) receiveBody(compression, contentEncoding string, deferFeedCheck b
 			}
 			switch h.cfg.CompressedBodyWithoutHeader {
 			case config.CompressedReject:
+				// Content-Encoding is an alternative for gzip only: HTTP has
+				// no zip coding.
+				alt := ""
+				if format == "gzip" {
+					alt = " (or Content-Encoding: gzip)"
+				}
 				return "", errorf(UndeclaredCompression, "the body starts like %s data but Compression is %q; "+
-					"send Compression: %s (or Content-Encoding: gzip) or send the data uncompressed", format, p.compression, upper(format))
+					"send Compression: %s%s or send the data uncompressed", format, p.compression, upper(format), alt)
 			case config.CompressedDecompress:
 				compression = upper(format)
 			default:
@@ -164,6 +170,12 @@ func (p *post) readError(raw *bodyReader, err error, decoding bool) error {
 		return e
 	}
 	if decoding {
+		// The sender's own bytes ran out mid-stream (raw.err is nil): the
+		// data was cut off, or what follows a complete gzip member is too
+		// short to be another, so "unexpected EOF" alone would mislead.
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return wrap(CompressedInvalid, err, "the compressed data ends early, or is followed by bytes that are not compressed data")
+		}
 		return wrap(CompressedInvalid, err, "the data could not be decompressed")
 	}
 	return wrap(UnknownError, err, "reading the request body failed")

@@ -57,7 +57,7 @@ func (d *decoderPools) open(coding string, r io.Reader) (io.Reader, func(), erro
 		}
 		return zr, zr.Close, nil
 	}
-	return nil, nil, errorf(UnknownCompression, "Content-Encoding %q is not supported: use gzip, deflate or zstd, or send the body as it is", coding)
+	return nil, nil, errorf(UnknownCompression, "Content-Encoding %q is not supported: use gzip (or x-gzip), deflate or zstd, or send the body as it is", coding)
 }
 
 // endChecked is a decoder whose end must also be the end of its input.

@@ -259,6 +259,7 @@ func (p *post) run() (outcome, error) {
 		drop = d.drop
 	} else if t := p.attrs.Value("Type"); t != "" {
 		if _, err := h.streamType(t); err != nil {
+			p.typ = t
 			return "", err
 		}
 	}
@@ -283,7 +284,7 @@ func (p *post) run() (outcome, error) {
 	case h.slots <- struct{}{}:
 		defer func() { <-h.slots }()
 	default:
-		return "", errorf(Unavailable, "more than %d posts are being received at once", cap(h.slots))
+		return "", errorf(Unavailable, "weir is receiving as many posts at once as it is configured to (receive.maxConcurrentReceipts: %d)", cap(h.slots))
 	}
 	if m := h.opt.Metrics; m != nil {
 		m.inflight.Inc()
@@ -376,15 +377,17 @@ type decision struct {
 // system's order: type, feed name (or its generation), then the receipt
 // check mode. It may set Feed in attrs (generation).
 func (h *Handler) check(ctx context.Context, attrs *attr.Map) (decision, error) {
-	var d decision
+	// The feed as sent, and the type as sent when it is refused, are
+	// in the message of every refusal, this one's too.
+	d := decision{feed: attrs.Value("Feed")}
 	if t := attrs.Value("Type"); t != "" {
 		typ, err := h.streamType(t)
 		if err != nil {
+			d.typ = t
 			return d, err
 		}
 		d.typ = typ
 	}
-	d.feed = attrs.Value("Feed")
 	generated := false
 	if d.feed == "" {
 		if !h.cfg.FeedNameGenerationEnabled {
