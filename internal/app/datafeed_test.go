@@ -77,6 +77,7 @@ import (
 	"github.com/weirhq/weir/internal/app/apptest"
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/feed"
+	"github.com/weirhq/weir/internal/streamfile"
 )
 
 // TestDatafeedPaths: POST and PUT on every datafeed path and below it; other
@@ -496,7 +497,14 @@ func TestDatafeedStatusCodes(t *testing.T) {
 		nothingStored(t, s)
 		// Types match case-insensitively and are stored with the configured spelling.
 		id := post(t, s, []byte("data"), "Feed", testFeed, "Type", "raw REFERENCE").ok(t)
-		oneStream(t, s, testFeed, "Raw Reference", id)
+		st := oneStream(t, s, testFeed, "Raw Reference", id)
+		// The Type attribute agrees with the stream's type, in its meta too.
+		if got := st.Attributes.Value("Type"); got != "Raw Reference" {
+			t.Errorf("Type attribute %q, want Raw Reference", got)
+		}
+		if m := string(s.Read(st.ID, streamfile.Meta, 0)); !strings.Contains(m, "Type:Raw Reference\n") {
+			t.Errorf("meta %q", m)
+		}
 	})
 	t.Run("102_custom_meta_types", func(t *testing.T) {
 		t.Parallel()

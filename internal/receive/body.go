@@ -229,6 +229,12 @@ func (p *post) storeSingle(raw *bodyReader, src io.Reader, decoding bool) (outco
 	}
 	a := p.attrs.Clone()
 	a.Put("StreamSize", strconv.FormatInt(n, 10))
+	// A Type sent in any case is recorded as the type it resolved to, as a
+	// zip part's is, so that the attribute agrees with the stream's type
+	// (and a proxy's aggregates, keyed by it, do not split by spelling).
+	if a.Value("Type") != "" {
+		putType(a, p.typ)
+	}
 	if err := p.writeMeta(sw, 0, a); err != nil {
 		return "", err
 	}

@@ -43,9 +43,9 @@ func (h *Handler) FeedStatus(ctx context.Context, feedName string, attrs *attr.M
 				e = &Error{Code: e.Code, Detail: "the data receipt rules refuse it"}
 			}
 		}
-		// d.feed, not feedName: the message is the one a post gets, word
+		// d.feed and d.typ, not feedName: the message is the one a post gets, word
 		// for word (a bad Type is refused before the feed is looked at).
-		return FeedAnswer{Status: feed.Reject, Known: d.known, Code: e.Code, Message: message(e, d.feed, "", "")}, nil
+		return FeedAnswer{Status: feed.Reject, Known: d.known, Code: e.Code, Message: message(e, d.feed, "", d.typ)}, nil
 	}
 	if d.drop {
 		return FeedAnswer{Status: feed.Drop, Known: d.known, Code: OK,
