@@ -1363,7 +1363,7 @@ func TestProxyInstant(t *testing.T) {
 		c.ForwardHTTPDestinations[0].Instant = true
 	}, main.URL+"/datafeed")
 
-	id := pxPost(t, px, testFeed, "instant event\n")
+	id := pxPost(t, px, testFeed, "instant event\n", "EffectiveTime", "2022-01-02T03:04:05.000Z", "X-Custom", "keep me")
 	if !pxReceiptRE("proxy-instant").MatchString(id) {
 		t.Fatalf("receipt %q is not the proxy's", id)
 	}
@@ -1382,6 +1382,17 @@ func TestProxyInstant(t *testing.T) {
 		st[0].Attributes.Value("ReceiptIdPath") != id+","+mainID {
 		t.Errorf("stored: %d parts, ReceiptIdPath %q (stream %q), want %q",
 			len(parts), parts[0].meta.Value("ReceiptIdPath"), st[0].Attributes.Value("ReceiptIdPath"), id+","+mainID)
+	}
+	// Nothing but the headers carries a relayed post's attributes: all of
+	// them arrive, not only the allow list's (reference data is looked up
+	// by its effective time).
+	if st[0].EffectiveMs != time.Date(2022, 1, 2, 3, 4, 5, 0, time.UTC).UnixMilli() {
+		t.Errorf("effective time %s, want the sender's 2022-01-02T03:04:05Z", time.UnixMilli(st[0].EffectiveMs).UTC())
+	}
+	for k, want := range map[string]string{"X-Custom": "keep me", "System": "sys", "EffectiveTime": "2022-01-02T03:04:05.000Z"} {
+		if got := st[0].Attributes.Value(k); got != want {
+			t.Errorf("stored %s %q, want %q", k, got, want)
+		}
 	}
 	if n := len(pxKept(t, px)); n != 0 {
 		t.Errorf("an instant proxy stored %d streams", n)

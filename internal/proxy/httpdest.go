@@ -315,10 +315,16 @@ func (s *HTTPSender) CloseIdleConnections() { s.transport.CloseIdleConnections()
 // Compression when non-empty. With a data feed key the configured owner
 // header is never taken from the attributes: Post sets it.
 func (s *HTTPSender) Headers(attrs *attr.Map, compression string) http.Header {
+	return s.headers(attrs, compression, false)
+}
+
+// headers is Headers, or with every attribute it may send when all is
+// set (the allow list left out).
+func (s *HTTPSender) headers(attrs *attr.Map, compression string, all bool) http.Header {
 	h := make(http.Header)
 	for k, v := range attrs.All() {
 		lk := asciiLower(k)
-		if !s.allow[lk] || notFromAttributes[lk] || (s.ownerKey != "" && lk == asciiLower(s.ownerKey)) {
+		if !(all || s.allow[lk]) || notFromAttributes[lk] || (s.ownerKey != "" && lk == asciiLower(s.ownerKey)) {
 			continue
 		}
 		if !validHeaderName(k) || !validHeaderValue(v) {

@@ -62,19 +62,16 @@ type Instant struct {
 // NewInstant builds the relay for an instant destination.
 func NewInstant(d *HTTPDestination) *Instant { return &Instant{dest: d} }
 
-// receiptHeaders travel with a relayed post so that the next hop appends
-// to the path instead of starting one.
-var receiptHeaders = []string{attr.KeyReceiptID, attr.KeyReceiptIDPath}
-
 // Relay implements receive.Relay.
 func (in *Instant) Relay(ctx context.Context, attrs *attr.Map, compression, contentEncoding string, body io.Reader) (string, error) {
 	s := in.dest.sender
-	h := s.Headers(attrs, compression)
-	for _, k := range receiptHeaders {
-		if v := attrs.Value(k); v != "" {
-			h.Set(k, v)
-		}
-	}
+	// Every attribute goes as a header, not only the allow list's: a
+	// relayed post has no meta entry of this hop's to carry the rest, so
+	// the allow list would drop the sender's EffectiveTime and its own
+	// headers on the way (as the reference system's instant proxy does).
+	// This hop's ReceiptId and ReceiptIdPath go too, so that the next hop
+	// appends to the path instead of starting one.
+	h := s.headers(attrs, compression, true)
 	if contentEncoding != "" {
 		h.Set("Content-Encoding", contentEncoding)
 	}
