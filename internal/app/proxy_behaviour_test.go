@@ -1528,6 +1528,9 @@ func TestProxyRepositoryFull(t *testing.T) {
 	_, _ = rand.Read(random)
 	big := hex.EncodeToString(random) // 8 KiB that do not compress away
 	id := pxPost(t, px, testFeed, big)
+	// Refused at once: a stored post counts as soon as it is committed, not
+	// at the next recount (a second's worth of posts got past the limit).
+	post(t, px, []byte("right after\n"), "Feed", testFeed).fails(t, http.StatusServiceUnavailable, 503, "repository is full")
 	var ready *resp
 	apptest.WaitFor(t, "/readyz to fail", func() bool {
 		ready = pxReadyz(t, px)

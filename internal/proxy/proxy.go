@@ -51,7 +51,7 @@ type Proxy struct {
 	agg        *aggregator
 	forwarders []*forwarder
 
-	pending atomic.Int64 // bytes in the repository, refreshed by housekeeping
+	pending atomic.Int64 // bytes in the repository: recounted by housekeeping, and added to by each post stored
 	free    atomic.Int64 // free bytes on the data volume (-1: unknown)
 
 	cancel context.CancelFunc
@@ -111,7 +111,13 @@ func (p *Proxy) Stop() {
 }
 
 // Stored tells the proxy that a post was stored.
-func (p *Proxy) Stored() { p.agg.wake() }
+func (p *Proxy) Stored(fileBytes int64) {
+	// Counted at once, so that repository.maxSize holds between
+	// housekeeping's recounts: a second's worth of posts could otherwise
+	// all be admitted past it.
+	p.pending.Add(fileBytes)
+	p.agg.wake()
+}
 
 func (p *Proxy) wakeForwarders() {
 	for _, f := range p.forwarders {

@@ -248,12 +248,14 @@ func (p *post) commit(post *store.Post, committed *bool, stored int64) (outcome,
 		return "", storeError(err)
 	}
 	*committed = true
-	if p.h.opt.Stored != nil {
-		p.h.opt.Stored()
-	}
 	p.storedBytes = stored
+	var fileBytes int64
 	for _, s := range streams {
 		p.streams = append(p.streams, s.ID)
+		fileBytes += s.FileSize
+	}
+	if p.h.opt.Stored != nil {
+		p.h.opt.Stored(fileBytes)
 	}
 	return outcomeReceived, nil
 }

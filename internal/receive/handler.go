@@ -68,8 +68,9 @@ type Options struct {
 	// Admit, if set, is asked before a body is read; an error refuses the
 	// post with 503 and Retry-After (a proxy's full repository).
 	Admit func() error
-	// Stored, if set, is called after a post's streams are committed.
-	Stored func()
+	// Stored, if set, is called after a post's streams are committed,
+	// with the bytes they take in the store.
+	Stored func(fileBytes int64)
 	// LogMetaKeys are attributes each receive-log line carries.
 	LogMetaKeys []string
 	IDs         *receipt.Generator
