@@ -57,8 +57,9 @@ type FeedStatusOptions struct {
 //
 // Answers are cached per feed name and sender (UploadUserId); the other
 // attributes are sent but do not take part in the key. A cached answer
-// younger than CacheTTL is used as is; an older one is used at once while
-// one background request refreshes it. When the downstream cannot answer,
+// younger than CacheTTL is used as is; an older acceptance is used at once
+// while one background request refreshes it, and an older refusal or drop
+// waits for the refreshed answer. When the downstream cannot answer,
 // the configured fallback applies and is cached for min(CacheTTL, 10s); a
 // refresh that fails keeps the stale answer for as long.
 //
@@ -152,6 +153,7 @@ func (c *FeedStatusClient) FeedStatus(ctx context.Context, feedName string, attr
 	now := c.o.Now()
 
 	c.mu.Lock()
+	var stale *receive.FeedAnswer
 	if el, ok := c.entries[key]; ok {
 		e := el.Value.(*statusEntry)
 		ans := e.ans
@@ -159,22 +161,34 @@ func (c *FeedStatusClient) FeedStatus(ctx context.Context, feedName string, attr
 			c.mu.Unlock()
 			return ans, nil
 		}
-		// Stale: answer at once, refresh once in the background.
-		start := c.inflight[key] == nil && !c.closed
-		var cl *statusCall
-		if start {
-			cl = c.beginLocked(key)
+		if ans.Status == feed.Receive {
+			// A stale acceptance is used at once while one request
+			// refreshes it in the background: senders do not wait on
+			// the downstream.
+			start := c.inflight[key] == nil && !c.closed
+			var cl *statusCall
+			if start {
+				cl = c.beginLocked(key)
+			}
+			c.mu.Unlock()
+			if start {
+				c.launch(key, cl, feedName, attrs)
+			}
+			return ans, nil
 		}
-		c.mu.Unlock()
-		if start {
-			c.launch(key, cl, feedName, attrs)
-		}
-		return ans, nil
+		// A stale refusal (or drop) is not used again: the post waits for
+		// the fresh answer, so that a feed switched back to RECEIVE is
+		// received as soon as the refusal's time is up (an operator's
+		// replay would otherwise be refused once more).
+		stale = &ans
 	}
 	cl := c.inflight[key]
 	if cl == nil {
 		if c.closed {
 			c.mu.Unlock()
+			if stale != nil {
+				return *stale, nil
+			}
 			return c.fallback(feedName, "the proxy is shutting down"), nil
 		}
 		cl = c.beginLocked(key)
@@ -189,6 +203,9 @@ func (c *FeedStatusClient) FeedStatus(ctx context.Context, feedName string, attr
 	case <-ctx.Done():
 		// The sender is gone or out of time; the request goes on and its
 		// answer is cached for the next post.
+		if stale != nil {
+			return *stale, nil
+		}
 		return c.fallback(feedName, "the check was abandoned: "+ctx.Err().Error()), nil
 	}
 }

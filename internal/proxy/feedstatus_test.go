@@ -476,6 +476,36 @@ func TestFeedStatusCallerGivesUp(t *testing.T) {
 	}
 }
 
+// TestFeedStatusStaleRefusalWaitsForFreshAnswer: a refusal past its time
+// is not used again while it is refreshed: the caller gets the fresh
+// answer, so a feed switched back to RECEIVE receives at once (an
+// operator's replay after fixing a feed is not refused once more).
+func TestFeedStatusStaleRefusalWaitsForFreshAnswer(t *testing.T) {
+	for _, status := range []string{"Reject", "Drop"} {
+		t.Run(status, func(t *testing.T) {
+			srv := newFSServer(t)
+			srv.answer(http.StatusOK, `{"status":"`+status+`"}`)
+			clock := newFSClock()
+			c := newTestFeedStatusClient(t, srv.URL, clock, nil)
+			if ans := fsStatus(t, c, "A", nil); ans.Status == feed.Receive {
+				t.Fatalf("got %+v", ans)
+			}
+			srv.answer(http.StatusOK, `{"status":"Receive"}`)
+			clock.Advance(59 * time.Second)
+			if ans := fsStatus(t, c, "A", nil); ans.Status == feed.Receive {
+				t.Fatalf("a fresh refusal was asked again: %+v", ans)
+			}
+			clock.Advance(time.Second)
+			if ans := fsStatus(t, c, "A", nil); ans.Status != feed.Receive || ans.Fallback {
+				t.Fatalf("stale %s: got %+v, want the fresh Receive", status, ans)
+			}
+			if n := srv.count(); n != 2 {
+				t.Fatalf("requests = %d, want 2", n)
+			}
+		})
+	}
+}
+
 func TestFeedStatusFallbackCachedBriefly(t *testing.T) {
 	srv := newFSServer(t)
 	srv.answer(http.StatusInternalServerError, "")
