@@ -703,7 +703,15 @@ func TestProxyFailureAreaAndReplay(t *testing.T) {
 	if px.Cfg.DB != "" {
 		args = append(args, "--db", px.Cfg.DB)
 	}
+	// A mistyped destination is an error, not "0 failed items".
 	var out, errOut bytes.Buffer
+	typo := slices.Clone(args)
+	typo[3] = dest + "-typo"
+	if code := cli.Main(typo, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "holds items for: "+dest) {
+		t.Errorf("replay of an unknown destination: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
 	if code := cli.Main(args, &out, &errOut); code != 0 {
 		t.Fatalf("weir %s: exit %d: %s", strings.Join(args, " "), code, errOut.String())
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -154,6 +155,9 @@ func proxyTool(tool string, args []string, stdout, stderr io.Writer) error {
 		if all == (len(ids) > 0) {
 			return usagef("proxy replay takes either --all or aggregate ids")
 		}
+		if err := knownDestination(ctx, repo, dest); err != nil {
+			return err
+		}
 		n, err := repo.ReplayForwards(ctx, dest, ids, time.Now().UnixMilli())
 		if err != nil {
 			return err
@@ -161,6 +165,30 @@ func proxyTool(tool string, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "%d failed item(s) of %s queued again\n", n, dest)
 		return nil
 	}
+}
+
+// knownDestination fails when the repository holds nothing at all for
+// dest, so that a mistyped name is not answered with "0 failed items"
+// as if there were simply nothing to replay.
+func knownDestination(ctx context.Context, repo *meta.Repo, dest string) error {
+	sums, err := repo.SummariseForwards(ctx)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, s := range sums {
+		if s.Destination == dest {
+			return nil
+		}
+		if !slices.Contains(names, s.Destination) {
+			names = append(names, s.Destination)
+		}
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("the repository holds no items for destination %q, nor for any other", dest)
+	}
+	slices.Sort(names)
+	return fmt.Errorf("the repository holds no items for destination %q; it holds items for: %s", dest, strings.Join(names, ", "))
 }
 
 type queueItem struct {
