@@ -206,15 +206,7 @@ type queueItem struct {
 	Error       string `json:"error,omitempty"`
 }
 
-func stateOf(f meta.Forward) string {
-	switch {
-	case f.State == meta.ForwardFailed:
-		return "failed"
-	case f.Attempts > 0:
-		return "retrying"
-	}
-	return "queued"
-}
+func stateOf(f meta.Forward) string { return meta.QueueState(f.State, f.Attempts > 0) }
 
 func listQueue(ctx context.Context, repo *meta.Repo, dest, state string, asJSON bool, out io.Writer) error {
 	filter := meta.ForwardFilter{Destination: dest, Limit: 100000}

@@ -472,6 +472,19 @@ func (r *Repo) ForwardAttemptFailed(ctx context.Context, f Forward, logLine stri
 	return nil
 }
 
+// QueueState names a forward's state as operators see it (the queue tool,
+// metrics, logs): "failed", "retrying" (queued after at least one failed
+// attempt) or "queued".
+func QueueState(state ForwardState, retrying bool) string {
+	switch {
+	case state == ForwardFailed:
+		return "failed"
+	case retrying:
+		return "retrying"
+	}
+	return "queued"
+}
+
 // ForwardFilter selects forwards to list.
 type ForwardFilter struct {
 	Destination string       // "" for all

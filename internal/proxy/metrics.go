@@ -90,13 +90,7 @@ func (m *metrics) setQueues(dests []string, sums []meta.ForwardSummary, now time
 		oldest[d] = 0
 	}
 	for _, s := range sums {
-		state := "queued"
-		switch {
-		case s.State == meta.ForwardFailed:
-			state = "failed"
-		case s.Retrying:
-			state = "retrying"
-		}
+		state := meta.QueueState(s.State, s.Retrying)
 		k := key{s.Destination, state}
 		items[k] += float64(s.Count)
 		bytes[k] += float64(s.Bytes)

@@ -247,7 +247,7 @@ func (p *Proxy) warnUnknownDestinations(ctx context.Context) {
 	for _, s := range sums {
 		if !known[s.Destination] {
 			p.log.Warn("items are queued for a destination that is not configured; they wait until it is",
-				"destination", s.Destination, "state", s.State, "count", s.Count)
+				"destination", s.Destination, "state", meta.QueueState(s.State, s.Retrying), "count", s.Count)
 		}
 	}
 }
