@@ -1413,9 +1413,12 @@ func TestProxyInstant(t *testing.T) {
 
 	main.Stop()
 	r := post(t, px, []byte("nobody there\n"), "Feed", testFeed)
-	r.fails(t, http.StatusServiceUnavailable, 503)
+	r.fails(t, http.StatusServiceUnavailable, 503, "did not answer")
 	if r.header.Get("Retry-After") == "" {
 		t.Errorf("503 without Retry-After")
+	}
+	if msg := r.header.Get("Service-Error"); strings.Count(msg, `Post "`) != 1 {
+		t.Errorf("the cause should be said once: %s", msg)
 	}
 	if n := len(pxKept(t, px)); n != 0 {
 		t.Errorf("an instant proxy stored %d streams", n)

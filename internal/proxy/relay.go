@@ -84,7 +84,7 @@ func (in *Instant) Relay(ctx context.Context, attrs *attr.Map, compression, cont
 	case r.OK():
 		return r.Receipt, nil
 	case r.Err != nil:
-		return "", receive.Unreachable(r.Err, fmt.Sprintf("the downstream %s did not answer: %v", in.dest.name, r.Err))
+		return "", receive.Unreachable(r.Err, fmt.Sprintf("the downstream %s did not answer", in.dest.name))
 	case r.HTTPStatus == http.StatusServiceUnavailable:
 		return "", receive.Unreachable(nil, fmt.Sprintf("the downstream %s is unavailable: %s", in.dest.name, r.Message))
 	}
