@@ -7806,6 +7806,14 @@ type PostDatafeedResponse406Headers struct {
 	StroomStatus  int
 }
 
+// PostDatafeedResponse411Headers the declared response headers of an HTTP 411 response for PostDatafeed
+type PostDatafeedResponse411Headers struct {
+	ServiceError  string
+	ServiceStatus int
+	StroomError   string
+	StroomStatus  int
+}
+
 // PostDatafeedResponse413Headers the declared response headers of an HTTP 413 response for PostDatafeed
 type PostDatafeedResponse413Headers struct {
 	ServiceError  string
@@ -7846,6 +7854,8 @@ type PostDatafeedResponse struct {
 	Headers401 *PostDatafeedResponse401Headers
 	// Headers406 the parsed response headers for an HTTP 406 response
 	Headers406 *PostDatafeedResponse406Headers
+	// Headers411 the parsed response headers for an HTTP 411 response
+	Headers411 *PostDatafeedResponse411Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *PostDatafeedResponse413Headers
 	// Headers431 the parsed response headers for an HTTP 431 response
@@ -7901,6 +7911,14 @@ type PutDatafeedResponse406Headers struct {
 	StroomStatus  int
 }
 
+// PutDatafeedResponse411Headers the declared response headers of an HTTP 411 response for PutDatafeed
+type PutDatafeedResponse411Headers struct {
+	ServiceError  string
+	ServiceStatus int
+	StroomError   string
+	StroomStatus  int
+}
+
 // PutDatafeedResponse413Headers the declared response headers of an HTTP 413 response for PutDatafeed
 type PutDatafeedResponse413Headers struct {
 	ServiceError  string
@@ -7941,6 +7959,8 @@ type PutDatafeedResponse struct {
 	Headers401 *PutDatafeedResponse401Headers
 	// Headers406 the parsed response headers for an HTTP 406 response
 	Headers406 *PutDatafeedResponse406Headers
+	// Headers411 the parsed response headers for an HTTP 411 response
+	Headers411 *PutDatafeedResponse411Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *PutDatafeedResponse413Headers
 	// Headers431 the parsed response headers for an HTTP 431 response
@@ -12727,6 +12747,37 @@ func ParsePostDatafeedResponse(rsp *http.Response) (*PostDatafeedResponse, error
 			headers.StroomStatus = value
 		}
 		response.Headers406 = &headers
+	case rsp.StatusCode == 411:
+		var headers PostDatafeedResponse411Headers
+		if values := rsp.Header.Values("Service-Error"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Service-Error", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ServiceError = value
+		}
+		if values := rsp.Header.Values("Service-Status"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Service-Status", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ServiceStatus = value
+		}
+		if values := rsp.Header.Values("Stroom-Error"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stroom-Error", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StroomError = value
+		}
+		if values := rsp.Header.Values("Stroom-Status"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stroom-Status", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StroomStatus = value
+		}
+		response.Headers411 = &headers
 	case rsp.StatusCode == 413:
 		var headers PostDatafeedResponse413Headers
 		if values := rsp.Header.Values("Service-Error"); len(values) > 0 {
@@ -12939,6 +12990,37 @@ func ParsePutDatafeedResponse(rsp *http.Response) (*PutDatafeedResponse, error) 
 			headers.StroomStatus = value
 		}
 		response.Headers406 = &headers
+	case rsp.StatusCode == 411:
+		var headers PutDatafeedResponse411Headers
+		if values := rsp.Header.Values("Service-Error"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Service-Error", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ServiceError = value
+		}
+		if values := rsp.Header.Values("Service-Status"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Service-Status", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ServiceStatus = value
+		}
+		if values := rsp.Header.Values("Stroom-Error"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stroom-Error", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StroomError = value
+		}
+		if values := rsp.Header.Values("Stroom-Status"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stroom-Status", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StroomStatus = value
+		}
+		response.Headers411 = &headers
 	case rsp.StatusCode == 413:
 		var headers PutDatafeedResponse413Headers
 		if values := rsp.Header.Values("Service-Error"); len(values) > 0 {

@@ -489,6 +489,20 @@ func TestDatafeedStatusCodes(t *testing.T) {
 		id := post(t, s, []byte("data"), "Feed", "REJECTING").ok(t)
 		oneStream(t, s, "REJECTING", "Raw Events", id)
 	})
+	t.Run("411_http10_without_length", func(t *testing.T) {
+		// An HTTP/1.0 body without Content-Length is not read by the HTTP
+		// server: it must not be answered 200 as an empty post.
+		t.Parallel()
+		s := start(t, nil)
+		rawRequest(t, s, head(s, "POST /datafeed HTTP/1.0", "Feed: "+testFeed), nil).
+			fails(t, http.StatusLengthRequired, 411, "Content-Length")
+		nothingStored(t, s)
+		// With its length, an HTTP/1.0 post is received.
+		id := rawRequest(t, s, head(s, "POST /datafeed HTTP/1.0", "Feed: "+testFeed, "Content-Length: 5"), []byte("data\n")).ok(t)
+		if got := string(s.Read(oneStream(t, s, testFeed, "Raw Events", id).ID, streamfile.Data, 0)); got != "data\n" {
+			t.Errorf("stored %q", got)
+		}
+	})
 	t.Run("102_bad_type", func(t *testing.T) {
 		t.Parallel()
 		s := start(t, nil)

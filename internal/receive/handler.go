@@ -233,6 +233,13 @@ func (p *post) run() (outcome, error) {
 		return "", errorf(HeadersTooLarge, "the request line and headers take about %d bytes, more than receive.maxHeaderBytes (%s)",
 			n, config.ByteSize(limit))
 	}
+	// HTTP/1.0 has no chunked encoding: a body without Content-Length
+	// runs to the end of the connection, which Go's server (as RFC 9112
+	// says) does not read, so the post would be answered 200 with its data
+	// unread. RFC 1945 asks for a Content-Length on every POST.
+	if p.r.ProtoMajor == 1 && p.r.ProtoMinor == 0 && p.r.Header.Get("Content-Length") == "" {
+		return "", errorf(LengthRequired, "an HTTP/1.0 request must send Content-Length (or send it as HTTP/1.1, chunked)")
+	}
 	p.attrs = requestAttributes(p.r, attr.Hop{ReceiptID: p.receiptID, Time: p.received, Host: h.opt.Host})
 	if err := p.authenticate(); err != nil {
 		return "", err

@@ -30,6 +30,7 @@ const (
 	CompressedInvalid      Code = 400
 	MethodNotAllowed       Code = 405 // weir: a method other than POST or PUT
 	TooLarge               Code = 410
+	LengthRequired         Code = 411 // weir: an HTTP/1.0 post without Content-Length
 	HeadersTooLarge        Code = 431 // weir: request line and headers over receive.maxHeaderBytes
 	Unavailable            Code = 503 // weir: too busy or out of disk; retry after Retry-After
 	UnknownError           Code = 999
@@ -55,6 +56,7 @@ var codes = map[Code]codeInfo{
 	CompressedInvalid:      {http.StatusInternalServerError, "Compressed stream invalid"},
 	MethodNotAllowed:       {http.StatusMethodNotAllowed, "Method not allowed"},
 	TooLarge:               {http.StatusRequestEntityTooLarge, "Content too large"},
+	LengthRequired:         {http.StatusLengthRequired, "Length required"},
 	HeadersTooLarge:        {http.StatusRequestHeaderFieldsTooLarge, "Request headers too large"},
 	Unavailable:            {http.StatusServiceUnavailable, "Service unavailable, retry later"},
 	UnknownError:           {http.StatusInternalServerError, "Unknown error"},
@@ -87,7 +89,7 @@ func Codes() []Code {
 	for _, c := range auth.Codes() {
 		out = append(out, Code(c))
 	}
-	return append(out, CompressedInvalid, TooLarge, HeadersTooLarge, Unavailable, UnknownError)
+	return append(out, CompressedInvalid, TooLarge, LengthRequired, HeadersTooLarge, Unavailable, UnknownError)
 }
 
 // Error is a post that failed with a status code. Detail says, for the
