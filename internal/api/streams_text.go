@@ -12,11 +12,11 @@ import (
 
 	"golang.org/x/text/encoding"
 	"golang.org/x/text/encoding/charmap"
-	"golang.org/x/text/encoding/htmlindex"
-	"golang.org/x/text/encoding/ianaindex"
 	"golang.org/x/text/encoding/unicode"
 	"golang.org/x/text/encoding/unicode/utf32"
 	"golang.org/x/text/transform"
+
+	"github.com/weirhq/weir/internal/feed"
 )
 
 // This file is the data viewer's text side: charsets, byte-order marks,
@@ -37,29 +37,22 @@ type charset struct {
 	width int64
 }
 
-// lookupCharset resolves a feed's encoding name: IANA names and aliases
-// first (ISO-8859-1 is Latin-1, as senders mean it), then the WHATWG names
-// browsers use (utf8, cp1252), and UTF-32, which neither index decodes.
+// lookupCharset resolves a feed's encoding name with feed.LookupEncoding,
+// the lookup feed writes are checked with, so that the viewer knows every
+// name a feed accepts.
 func lookupCharset(name string) (charset, error) {
-	n := strings.TrimSpace(name)
-	switch strings.ToUpper(strings.ReplaceAll(n, "_", "-")) {
-	case "", "UTF-8", "UTF8":
-		return charset{name: "UTF-8", enc: unicode.UTF8}, nil
-	case "UTF-32", "UTF-32BE":
-		return charset{name: "UTF-32BE", enc: utf32.UTF32(utf32.BigEndian, utf32.IgnoreBOM), width: 4}, nil
-	case "UTF-32LE":
-		return charset{name: "UTF-32LE", enc: utf32.UTF32(utf32.LittleEndian, utf32.IgnoreBOM), width: 4}, nil
-	}
-	enc, err := ianaindex.IANA.Encoding(n)
-	if err != nil || enc == nil {
-		enc, err = htmlindex.Get(n)
-	}
-	if err != nil || enc == nil {
-		return charset{}, fmt.Errorf("%q is not a character encoding weir knows", name)
+	n, enc, err := feed.LookupEncoding(name)
+	if err != nil {
+		return charset{}, err
 	}
 	cs := charset{name: n, enc: enc}
-	if _, ok := enc.(*charmap.Charmap); ok {
-		cs.width = 1
+	switch {
+	case n == "UTF-32BE" || n == "UTF-32LE":
+		cs.width = 4
+	default:
+		if _, ok := enc.(*charmap.Charmap); ok {
+			cs.width = 1
+		}
 	}
 	return cs, nil
 }

@@ -2403,7 +2403,7 @@ type ClientInterface interface {
 
 	// CreateFeedWithBody Create a feed
 	//
-	// Needs Manage Feeds. The creator becomes the feed's OWNER. The new feed is at version 1.
+	// Needs Manage Feeds. The creator becomes the feed's OWNER. The new feed is at version 1. Streams and feed permissions are keyed by the feed's name, so a name that streams of any status still carry (those of an earlier feed of that name, deleted or kept by a forced delete, or received while there was no feed) can be created only by an Administrator: anyone else gets 409, since the new feed would hand them those streams.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2412,7 +2412,7 @@ type ClientInterface interface {
 
 	// CreateFeed Create a feed
 	//
-	// Needs Manage Feeds. The creator becomes the feed's OWNER. The new feed is at version 1.
+	// Needs Manage Feeds. The creator becomes the feed's OWNER. The new feed is at version 1. Streams and feed permissions are keyed by the feed's name, so a name that streams of any status still carry (those of an earlier feed of that name, deleted or kept by a forced delete, or received while there was no feed) can be created only by an Administrator: anyone else gets 409, since the new feed would hand them those streams.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3190,7 +3190,7 @@ func (c *Client) ListFeeds(ctx context.Context, reqEditors ...RequestEditorFn) (
 
 // CreateFeedWithBody Create a feed
 //
-// Needs Manage Feeds. The creator becomes the feed's OWNER. The new feed is at version 1.
+// Needs Manage Feeds. The creator becomes the feed's OWNER. The new feed is at version 1. Streams and feed permissions are keyed by the feed's name, so a name that streams of any status still carry (those of an earlier feed of that name, deleted or kept by a forced delete, or received while there was no feed) can be created only by an Administrator: anyone else gets 409, since the new feed would hand them those streams.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3209,7 +3209,7 @@ func (c *Client) CreateFeedWithBody(ctx context.Context, contentType string, bod
 
 // CreateFeed Create a feed
 //
-// Needs Manage Feeds. The creator becomes the feed's OWNER. The new feed is at version 1.
+// Needs Manage Feeds. The creator becomes the feed's OWNER. The new feed is at version 1. Streams and feed permissions are keyed by the feed's name, so a name that streams of any status still carry (those of an earlier feed of that name, deleted or kept by a forced delete, or received while there was no feed) can be created only by an Administrator: anyone else gets 409, since the new feed would hand them those streams.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7017,7 +7017,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateFeedWithBodyWithResponse Create a feed
 	//
-	// Needs Manage Feeds. The creator becomes the feed's OWNER. The new feed is at version 1.
+	// Needs Manage Feeds. The creator becomes the feed's OWNER. The new feed is at version 1. Streams and feed permissions are keyed by the feed's name, so a name that streams of any status still carry (those of an earlier feed of that name, deleted or kept by a forced delete, or received while there was no feed) can be created only by an Administrator: anyone else gets 409, since the new feed would hand them those streams.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7026,7 +7026,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateFeedWithResponse Create a feed
 	//
-	// Needs Manage Feeds. The creator becomes the feed's OWNER. The new feed is at version 1.
+	// Needs Manage Feeds. The creator becomes the feed's OWNER. The new feed is at version 1. Streams and feed permissions are keyed by the feed's name, so a name that streams of any status still carry (those of an earlier feed of that name, deleted or kept by a forced delete, or received while there was no feed) can be created only by an Administrator: anyone else gets 409, since the new feed would hand them those streams.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11618,7 +11618,7 @@ func (c *ClientWithResponses) ListFeedsWithResponse(ctx context.Context, reqEdit
 
 // CreateFeedWithBodyWithResponse Create a feed
 //
-// Needs Manage Feeds. The creator becomes the feed's OWNER. The new feed is at version 1.
+// Needs Manage Feeds. The creator becomes the feed's OWNER. The new feed is at version 1. Streams and feed permissions are keyed by the feed's name, so a name that streams of any status still carry (those of an earlier feed of that name, deleted or kept by a forced delete, or received while there was no feed) can be created only by an Administrator: anyone else gets 409, since the new feed would hand them those streams.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11633,7 +11633,7 @@ func (c *ClientWithResponses) CreateFeedWithBodyWithResponse(ctx context.Context
 
 // CreateFeedWithResponse Create a feed
 //
-// Needs Manage Feeds. The creator becomes the feed's OWNER. The new feed is at version 1.
+// Needs Manage Feeds. The creator becomes the feed's OWNER. The new feed is at version 1. Streams and feed permissions are keyed by the feed's name, so a name that streams of any status still carry (those of an earlier feed of that name, deleted or kept by a forced delete, or received while there was no feed) can be created only by an Administrator: anyone else gets 409, since the new feed would hand them those streams.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
