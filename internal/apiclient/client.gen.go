@@ -1512,7 +1512,7 @@ type TextView struct {
 	// TotalBytes Bytes of the part, a byte-order mark included
 	TotalBytes int64 `json:"totalBytes"`
 
-	// TotalChars Characters of the part (after any byte-order mark); an estimate unless totalCharsExact. Null in hex mode and for data that is not text.
+	// TotalChars Characters of the whole part (after any byte-order mark), whatever range was asked for; unless totalCharsExact, an estimate from the characters per byte decoded so far, always more than offset + length while more characters follow, so that paging while offset < totalChars reaches the end. Null in hex mode and for data that is not text.
 	TotalChars      *int64 `json:"totalChars"`
 	TotalCharsExact bool   `json:"totalCharsExact"`
 }
