@@ -666,7 +666,7 @@ type CreateDataFeedKeyInputBody struct {
 	Schema  *string `json:"$schema,omitempty"`
 	Account string  `json:"account"`
 
-	// Attributes Applied to every stream sent with the key. Not the owner header, which is the account.
+	// Attributes Applied to every stream sent with the key. Not the owner header, which is the account, nor an attribute weir sets itself (ReceiptId, ReceiptIdPath, ReceivedTime, UploadUserId, StreamSize, ...) or never stores (Authorization and other credential and transport headers): 422 naming it.
 	Attributes *map[string]string `json:"attributes,omitempty"`
 
 	// ExpireTime RFC 3339, in the future; default one year from now.
