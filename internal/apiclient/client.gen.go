@@ -2330,7 +2330,7 @@ type ClientInterface interface {
 
 	// ExportStreamsWithBody Export streams as a zip
 	//
-	// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
+	// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2339,7 +2339,7 @@ type ClientInterface interface {
 
 	// ExportStreams Export streams as a zip
 	//
-	// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
+	// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2554,7 +2554,7 @@ type ClientInterface interface {
 
 	// DownloadExport Download an export
 	//
-	// The zip an export operation wrote, once it has SUCCEEDED; to its owner only, who must still hold Data - Export. Supports Range requests.
+	// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export, and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests.
 	//
 	// Corresponds with GET /operations/{id}/download (the `DownloadExport` operationId).
 	DownloadExport(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3047,7 +3047,7 @@ func (c *Client) RevokeDatafeedKey(ctx context.Context, id int64, reqEditors ...
 
 // ExportStreamsWithBody Export streams as a zip
 //
-// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
+// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3066,7 +3066,7 @@ func (c *Client) ExportStreamsWithBody(ctx context.Context, contentType string, 
 
 // ExportStreams Export streams as a zip
 //
-// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
+// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3531,7 +3531,7 @@ func (c *Client) GetOperation(ctx context.Context, id string, reqEditors ...Requ
 
 // DownloadExport Download an export
 //
-// The zip an export operation wrote, once it has SUCCEEDED; to its owner only, who must still hold Data - Export. Supports Range requests.
+// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export, and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests.
 //
 // Corresponds with GET /operations/{id}/download (the `DownloadExport` operationId).
 func (c *Client) DownloadExport(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6942,7 +6942,7 @@ type ClientWithResponsesInterface interface {
 
 	// ExportStreamsWithBodyWithResponse Export streams as a zip
 	//
-	// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
+	// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6951,7 +6951,7 @@ type ClientWithResponsesInterface interface {
 
 	// ExportStreamsWithResponse Export streams as a zip
 	//
-	// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
+	// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7188,7 +7188,7 @@ type ClientWithResponsesInterface interface {
 
 	// DownloadExportWithResponse Download an export
 	//
-	// The zip an export operation wrote, once it has SUCCEEDED; to its owner only, who must still hold Data - Export. Supports Range requests.
+	// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export, and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11501,7 +11501,7 @@ func (c *ClientWithResponses) RevokeDatafeedKeyWithResponse(ctx context.Context,
 
 // ExportStreamsWithBodyWithResponse Export streams as a zip
 //
-// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
+// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11516,7 +11516,7 @@ func (c *ClientWithResponses) ExportStreamsWithBodyWithResponse(ctx context.Cont
 
 // ExportStreamsWithResponse Export streams as a zip
 //
-// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
+// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11903,7 +11903,7 @@ func (c *ClientWithResponses) GetOperationWithResponse(ctx context.Context, id s
 
 // DownloadExportWithResponse Download an export
 //
-// The zip an export operation wrote, once it has SUCCEEDED; to its owner only, who must still hold Data - Export. Supports Range requests.
+// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export, and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests.
 //
 // Returns a wrapper object for the known response body format(s).
 //
