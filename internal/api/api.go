@@ -7,6 +7,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -93,6 +94,15 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 		securityScheme: {Type: "http", Scheme: "bearer", Description: "A weir API key (sak_...) or an OIDC access token of a weir user."},
 	}
 	cfg.DocsPath = "" // no docs page: it would load scripts from the internet
+	// huma's schema route answers 200 with null for a schema it does not
+	// have; registerSchemas serves them instead, with 404 for those. The
+	// path is cleared after the create hooks that need it (the $schema
+	// links in responses) have taken it, so that huma registers no route.
+	schemasPath := cfg.SchemasPath
+	cfg.CreateHooks = append(cfg.CreateHooks, func(c huma.Config) huma.Config {
+		c.SchemasPath = ""
+		return c
+	})
 	cfg.Servers = []*huma.Server{{URL: d.BasePath + "/api"}}
 	s := &server{Deps: d, slots: make(chan struct{}, max(d.Config.API.MaxConcurrentRequests, 1))}
 	s.api = humago.NewWithPrefix(mux, "/api", cfg)
@@ -106,6 +116,8 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 	s.registerAdmin()
 	s.registerService()
 	s.registerOperational(mux)
+	s.registerSchemas(schemasPath)
+	s.registerFallback(mux)
 	if err := s.registerOperations(); err != nil {
 		(&Server{s}).Close()
 		return nil, err
@@ -235,4 +247,63 @@ func visibleFeeds(ctx context.Context) []string {
 func (s *server) internal(op string, err error) error {
 	s.Log.Error("api", "op", op, "err", err)
 	return huma.Error500InternalServerError("internal error; the server log has the details")
+}
+
+// registerSchemas serves the JSON schemas that responses link to in their
+// $schema member, as huma's own route would, but answers 404 (a problem,
+// as every API error) for a name the registry does not have.
+func (s *server) registerSchemas(schemasPath string) {
+	if schemasPath == "" {
+		return
+	}
+	oapi := s.api.OpenAPI()
+	// The schemas' own references point into the document; served alone,
+	// they point to the sibling schema files instead (as huma does).
+	refs := regexp.MustCompile(`#/components/schemas/([^"]+)`)
+	s.api.Adapter().Handle(&huma.Operation{Method: http.MethodGet, Path: schemasPath + "/{schema}"}, func(ctx huma.Context) {
+		name := strings.TrimSuffix(ctx.Param("schema"), ".json")
+		schema, ok := oapi.Components.Schemas.Map()[name]
+		if !ok {
+			_ = huma.WriteErr(s.api, ctx, http.StatusNotFound, "no schema named "+name)
+			return
+		}
+		b, err := json.Marshal(schema)
+		if err != nil {
+			_ = huma.WriteErr(s.api, ctx, http.StatusInternalServerError, "cannot encode schema "+name)
+			return
+		}
+		ctx.SetHeader("Content-Type", "application/json")
+		_, _ = ctx.BodyWriter().Write(refs.ReplaceAll(b, []byte(schemasPath+`/$1.json`)))
+	})
+}
+
+// fallbackMethods are the methods probed for a 405's Allow header.
+var fallbackMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// registerFallback answers what no API route takes, as API errors are
+// answered (application/problem+json), rather than with the mux's plain
+// text: 405 with Allow when the path has routes for other methods, else 404.
+// A pattern without a method matches any method, so once this one is
+// registered the mux never answers 405 for /api itself; the methods are
+// found by asking it which pattern each would reach.
+func (s *server) registerFallback(mux *http.ServeMux) {
+	const pattern = "/api/"
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		var allow []string
+		for _, m := range fallbackMethods {
+			probe := *r
+			probe.Method = m
+			if _, p := mux.Handler(&probe); p != "" && p != pattern {
+				allow = append(allow, m)
+			}
+		}
+		ctx := humago.NewContext(&huma.Operation{}, r, w)
+		if len(allow) == 0 {
+			_ = huma.WriteErr(s.api, ctx, http.StatusNotFound, "no API operation at "+r.URL.Path+"; the OpenAPI document at /api/openapi.json lists them")
+			return
+		}
+		ctx.SetHeader("Allow", strings.Join(allow, ", "))
+		_ = huma.WriteErr(s.api, ctx, http.StatusMethodNotAllowed,
+			fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+	})
 }
