@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
@@ -103,6 +104,7 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 		c.SchemasPath = ""
 		return c
 	})
+	cfg.Transformers = append(cfg.Transformers, boundErrorValues)
 	cfg.Servers = []*huma.Server{{URL: d.BasePath + "/api"}}
 	s := &server{Deps: d, slots: make(chan struct{}, max(d.Config.API.MaxConcurrentRequests, 1))}
 	s.api = humago.NewWithPrefix(mux, "/api", cfg)
@@ -306,4 +308,41 @@ func (s *server) registerFallback(mux *http.ServeMux) {
 		_ = huma.WriteErr(s.api, ctx, http.StatusMethodNotAllowed,
 			fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
 	})
+}
+
+// maxEchoedValue bounds a string that an error detail echoes back (huma
+// puts the whole request body in errors[].value when it is not valid JSON):
+// a 1 MB body must not come back as a 1 MB answer.
+const maxEchoedValue = 256
+
+// boundErrorValues cuts long values in error details to maxEchoedValue
+// bytes (on a character boundary) and says that they were cut and how long
+// they were. A value that is not a string is cut as its JSON text.
+func boundErrorValues(_ huma.Context, _ string, v any) (any, error) {
+	em, ok := v.(*huma.ErrorModel)
+	if !ok {
+		return v, nil
+	}
+	for _, d := range em.Errors {
+		if d == nil || d.Value == nil {
+			continue
+		}
+		str, isString := d.Value.(string)
+		if !isString {
+			b, err := json.Marshal(d.Value)
+			if err != nil || len(b) <= maxEchoedValue {
+				continue
+			}
+			str = string(b)
+		}
+		if len(str) <= maxEchoedValue {
+			continue
+		}
+		cut := maxEchoedValue
+		for cut > 0 && !utf8.RuneStart(str[cut]) {
+			cut--
+		}
+		d.Value = fmt.Sprintf("%s... (cut: the first %d of %d bytes)", str[:cut], cut, len(str))
+	}
+	return v, nil
 }

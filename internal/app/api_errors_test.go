@@ -1,6 +1,9 @@
 package app_test
 
 import (
+	"encoding/json"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/weirhq/weir/internal/access"
@@ -10,7 +13,7 @@ import (
 // TestAPIErrorsAreProblems: what no API route takes is answered as every
 // API error is, application/problem+json: 404 for an unknown path (and an
 // unknown schema, which was 200 with null), 405 with Allow for a method
-// the path does not take.
+// the path does not take. And a 400 does not echo a large body back whole.
 func TestAPIErrorsAreProblems(t *testing.T) {
 	t.Parallel()
 	s := apptest.Start(t, nil)
@@ -42,5 +45,34 @@ func TestAPIErrorsAreProblems(t *testing.T) {
 	r.want(t, "schema", 200, &schema)
 	if schema.Properties["encoding"] == nil || r.header.Get("Content-Type") != "application/json" {
 		t.Fatalf("Feed schema: %s %s", r.header.Get("Content-Type"), r.body)
+	}
+
+	// A 400 for a body that is not JSON echoes its start only.
+	big := `{"name": "` + strings.Repeat("x", 900_000)
+	r = admin.do("POST", "/feeds", big)
+	p := r.admWantProblem(t, "invalid JSON", 400)
+	if len(r.body) > 4096 {
+		t.Fatalf("a 400 for a %d-byte body is %d bytes", len(big), len(r.body))
+	}
+	var raw struct {
+		Errors []struct {
+			Value string `json:"value"`
+		} `json:"errors"`
+	}
+	if err := json.Unmarshal(r.body, &raw); err != nil || len(raw.Errors) != 1 ||
+		!strings.HasPrefix(raw.Errors[0].Value, `{"name": "xxx`) || !strings.HasSuffix(raw.Errors[0].Value, "(cut: the first 256 of 900010 bytes)") {
+		t.Fatalf("echoed value: %v %+v %+v", err, raw, p)
+	}
+	// So does a 422 for a long value, cut on a character boundary.
+	r = admin.do("POST", "/feeds", `{"name":"LONG-FEED","streamType":"`+strings.Repeat("é", 10_000)+`"}`)
+	r.admWantProblem(t, "long stream type", 422, "receive.metaTypes")
+	if err := json.Unmarshal(r.body, &raw); err != nil || len(raw.Errors) != 1 ||
+		raw.Errors[0].Value != strings.Repeat("é", 128)+"... (cut: the first 256 of 20000 bytes)" {
+		t.Fatalf("echoed value: %v %+v", err, raw)
+	}
+	// A short value is echoed as it was.
+	r = admin.do("POST", "/feeds", `{"name":"SHORT-FEED","streamType":"Nonsense"}`)
+	if err := json.Unmarshal(r.body, &raw); err != nil || r.status != http.StatusUnprocessableEntity || raw.Errors[0].Value != "Nonsense" {
+		t.Fatalf("short value: %d %s", r.status, r.body)
 	}
 }
