@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -105,6 +106,7 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 		return c
 	})
 	cfg.Transformers = append(cfg.Transformers, boundErrorValues)
+	cfg.OpenAPI.OnAddOperation = append(cfg.OpenAPI.OnAddOperation, documentCommonErrors)
 	cfg.Servers = []*huma.Server{{URL: d.BasePath + "/api"}}
 	s := &server{Deps: d, slots: make(chan struct{}, max(d.Config.API.MaxConcurrentRequests, 1))}
 	s.api = humago.NewWithPrefix(mux, "/api", cfg)
@@ -308,6 +310,68 @@ func (s *server) registerFallback(mux *http.ServeMux) {
 		_ = huma.WriteErr(s.api, ctx, http.StatusMethodNotAllowed,
 			fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
 	})
+}
+
+// documentCommonErrors adds to every operation the error responses that
+// weir sends for it outside its handler, so that no operation has to list
+// them by hand: 431 and 503 (the headerLimit and limit middlewares, on
+// every operation) and, for an operation whose JSON body huma decodes, 400
+// (not JSON, trailing data, nested too deep, or missing), 413 (over the
+// operation's body limit) and 415 (another Content-Type). A response the
+// operation documents itself is kept.
+func documentCommonErrors(oapi *huma.OpenAPI, op *huma.Operation) {
+	proto := huma.NewError(0, "")
+	contentType := "application/json"
+	if f, ok := proto.(huma.ContentTypeFilter); ok {
+		contentType = f.ContentType(contentType)
+	}
+	errType := reflect.TypeOf(proto)
+	if errType.Kind() == reflect.Pointer {
+		errType = errType.Elem()
+	}
+	schema := oapi.Components.Schemas.Schema(errType, true, "Error")
+	add := func(status int, description string, headers map[string]*huma.Param) {
+		code := strconv.Itoa(status)
+		if op.Responses == nil {
+			op.Responses = map[string]*huma.Response{}
+		}
+		cur := op.Responses[code]
+		switch {
+		case cur == nil:
+		case cur.Description == http.StatusText(status):
+			// Listed in op.Errors, for a cause of the handler's own, which
+			// the operation's description names.
+			description += " Also for the causes the operation's description names."
+		default:
+			return // documented by the operation itself
+		}
+		op.Responses[code] = &huma.Response{Description: http.StatusText(status) + ": " + description, Headers: headers,
+			Content: map[string]*huma.MediaType{contentType: {Schema: schema}}}
+	}
+	add(http.StatusRequestHeaderFieldsTooLarge, "the request line and headers are over receive.maxHeaderBytes.", nil)
+	add(http.StatusServiceUnavailable, "more than api.maxConcurrentRequests API calls are running; retry after Retry-After seconds.",
+		map[string]*huma.Param{"Retry-After": {Description: "Seconds to wait before retrying.", Schema: &huma.Schema{Type: huma.TypeInteger}}})
+	if op.RequestBody == nil {
+		return
+	}
+	// huma decodes a body whose media types have a schema; a body of any
+	// bytes (an import's zip, documented without one) is its handler's.
+	decoded := false
+	for _, m := range op.RequestBody.Content {
+		decoded = decoded || m != nil && m.Schema != nil
+	}
+	if !decoded {
+		return
+	}
+	add(http.StatusBadRequest, "the body is missing, is not valid JSON, has data after the JSON value or nests too deeply.", nil)
+	if op.MaxBodyBytes > 0 {
+		add(http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes.", op.MaxBodyBytes), nil)
+	}
+	// huma decodes any JSON media type (application/json, or a +json one
+	// such as application/merge-patch+json), and a body sent without a
+	// Content-Type as the operation's own.
+	add(http.StatusUnsupportedMediaType, "the body's Content-Type is not JSON: application/json or a +json type such as "+
+		"application/merge-patch+json.", nil)
 }
 
 // maxEchoedValue bounds a string that an error detail echoes back (huma

@@ -3,6 +3,7 @@ package app_test
 import (
 	"encoding/json"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -74,5 +75,91 @@ func TestAPIErrorsAreProblems(t *testing.T) {
 	r = admin.do("POST", "/feeds", `{"name":"SHORT-FEED","streamType":"Nonsense"}`)
 	if err := json.Unmarshal(r.body, &raw); err != nil || r.status != http.StatusUnprocessableEntity || raw.Errors[0].Value != "Nonsense" {
 		t.Fatalf("short value: %d %s", r.status, r.body)
+	}
+}
+
+// TestAPICommonErrorsDocumented: every API operation documents the
+// statuses weir sends for it outside its handler (431, 503 with
+// Retry-After), and every operation with a JSON body 400, 413 and 415 as
+// well; and each of those operations really answers them (the body is
+// refused before the handler runs, so nothing changes).
+func TestAPICommonErrorsDocumented(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, nil)
+	admin := user(t, s, "docadmin", []string{access.Administrator}, nil)
+	type response struct {
+		Headers map[string]any            `json:"headers"`
+		Content map[string]map[string]any `json:"content"`
+	}
+	type operation struct {
+		RequestBody *struct {
+			Content map[string]map[string]any `json:"content"`
+		} `json:"requestBody"`
+		Responses map[string]*response `json:"responses"`
+	}
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	anon := apiClient{t: t, url: s.URL + "/api"}
+	anon.do("GET", "/openapi.json", "").want(t, "document", 200, &doc)
+	params := regexp.MustCompile(`\{[^}]+\}`)
+	checked := 0
+	for path, item := range doc.Paths {
+		var servers []any
+		if raw, ok := item["servers"]; ok && json.Unmarshal(raw, &servers) == nil && len(servers) > 0 {
+			continue // /datafeed and the operational endpoints are not the API's
+		}
+		for method, raw := range item {
+			var op operation
+			if json.Unmarshal(raw, &op) != nil || op.Responses == nil {
+				continue // not an operation (parameters, summary, ...)
+			}
+			method = strings.ToUpper(method)
+			problem := func(code string) *response {
+				r := op.Responses[code]
+				if r == nil || r.Content["application/problem+json"] == nil {
+					t.Errorf("%s %s does not document %s as a problem", method, path, code)
+					return nil
+				}
+				return r
+			}
+			problem("431")
+			if r := problem("503"); r != nil && r.Headers["Retry-After"] == nil {
+				t.Errorf("%s %s: 503 without Retry-After", method, path)
+			}
+			jsonBody := false
+			if op.RequestBody != nil {
+				for _, mt := range op.RequestBody.Content {
+					jsonBody = jsonBody || mt["schema"] != nil
+				}
+			}
+			if !jsonBody {
+				continue
+			}
+			checked++
+			for _, code := range []string{"400", "413", "415"} {
+				problem(code)
+			}
+			url := params.ReplaceAllString(path, "1")
+			for _, tc := range []struct {
+				status      int
+				contentType string
+				body        string
+			}{
+				{400, "application/json", `{} {}`},
+				{400, "application/json", strings.Repeat("[", 10_001) + strings.Repeat("]", 10_001)},
+				{415, "text/plain", `{}`},
+				{413, "application/json", `"` + strings.Repeat("x", 9<<20) + `"`},
+			} {
+				r := admin.admSend(method, url, tc.contentType, tc.body)
+				if r.status != tc.status || !strings.HasPrefix(r.header.Get("Content-Type"), "application/problem+json") {
+					t.Errorf("%s %s with %s (%d bytes): %d %s, want %d", method, url, tc.contentType, len(tc.body),
+						r.status, trunc(r.body), tc.status)
+				}
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("only %d operations with a JSON body found: the document's shape changed", checked)
 	}
 }
