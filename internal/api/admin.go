@@ -154,7 +154,7 @@ type createDataFeedKeyInput struct {
 	Body struct {
 		Account    string            `json:"account" minLength:"1"`
 		ExpireTime time.Time         `json:"expireTime,omitzero" doc:"RFC 3339, in the future; default one year from now."`
-		Attributes map[string]string `json:"attributes,omitempty" doc:"Applied to every stream sent with the key. Not the owner header, which is the account."`
+		Attributes map[string]string `json:"attributes,omitempty" doc:"Applied to every stream sent with the key. Not the owner header, which is the account, nor an attribute weir sets itself (ReceiptId, ReceiptIdPath, ReceivedTime, UploadUserId, StreamSize, ...) or never stores (Authorization and other credential and transport headers): 422 naming it."`
 	}
 }
 

@@ -7,14 +7,17 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
@@ -93,6 +96,17 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 		securityScheme: {Type: "http", Scheme: "bearer", Description: "A weir API key (sak_...) or an OIDC access token of a weir user."},
 	}
 	cfg.DocsPath = "" // no docs page: it would load scripts from the internet
+	// huma's schema route answers 200 with null for a schema it does not
+	// have; registerSchemas serves them instead, with 404 for those. The
+	// path is cleared after the create hooks that need it (the $schema
+	// links in responses) have taken it, so that huma registers no route.
+	schemasPath := cfg.SchemasPath
+	cfg.CreateHooks = append(cfg.CreateHooks, func(c huma.Config) huma.Config {
+		c.SchemasPath = ""
+		return c
+	})
+	cfg.Transformers = append(cfg.Transformers, boundErrorValues)
+	cfg.OpenAPI.OnAddOperation = append(cfg.OpenAPI.OnAddOperation, documentCommonErrors)
 	cfg.Servers = []*huma.Server{{URL: d.BasePath + "/api"}}
 	s := &server{Deps: d, slots: make(chan struct{}, max(d.Config.API.MaxConcurrentRequests, 1))}
 	s.api = humago.NewWithPrefix(mux, "/api", cfg)
@@ -106,6 +120,8 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 	s.registerAdmin()
 	s.registerService()
 	s.registerOperational(mux)
+	s.registerSchemas(schemasPath)
+	s.registerFallback(mux)
 	if err := s.registerOperations(); err != nil {
 		(&Server{s}).Close()
 		return nil, err
@@ -235,4 +251,162 @@ func visibleFeeds(ctx context.Context) []string {
 func (s *server) internal(op string, err error) error {
 	s.Log.Error("api", "op", op, "err", err)
 	return huma.Error500InternalServerError("internal error; the server log has the details")
+}
+
+// registerSchemas serves the JSON schemas that responses link to in their
+// $schema member, as huma's own route would, but answers 404 (a problem,
+// as every API error) for a name the registry does not have.
+func (s *server) registerSchemas(schemasPath string) {
+	if schemasPath == "" {
+		return
+	}
+	oapi := s.api.OpenAPI()
+	// The schemas' own references point into the document; served alone,
+	// they point to the sibling schema files instead (as huma does).
+	refs := regexp.MustCompile(`#/components/schemas/([^"]+)`)
+	s.api.Adapter().Handle(&huma.Operation{Method: http.MethodGet, Path: schemasPath + "/{schema}"}, func(ctx huma.Context) {
+		name := strings.TrimSuffix(ctx.Param("schema"), ".json")
+		schema, ok := oapi.Components.Schemas.Map()[name]
+		if !ok {
+			_ = huma.WriteErr(s.api, ctx, http.StatusNotFound, "no schema named "+name)
+			return
+		}
+		b, err := json.Marshal(schema)
+		if err != nil {
+			_ = huma.WriteErr(s.api, ctx, http.StatusInternalServerError, "cannot encode schema "+name)
+			return
+		}
+		ctx.SetHeader("Content-Type", "application/json")
+		_, _ = ctx.BodyWriter().Write(refs.ReplaceAll(b, []byte(schemasPath+`/$1.json`)))
+	})
+}
+
+// fallbackMethods are the methods probed for a 405's Allow header.
+var fallbackMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// registerFallback answers what no API route takes, as API errors are
+// answered (application/problem+json), rather than with the mux's plain
+// text: 405 with Allow when the path has routes for other methods, else 404.
+// A pattern without a method matches any method, so once this one is
+// registered the mux never answers 405 for /api itself; the methods are
+// found by asking it which pattern each would reach.
+func (s *server) registerFallback(mux *http.ServeMux) {
+	const pattern = "/api/"
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		var allow []string
+		for _, m := range fallbackMethods {
+			probe := *r
+			probe.Method = m
+			if _, p := mux.Handler(&probe); p != "" && p != pattern {
+				allow = append(allow, m)
+			}
+		}
+		ctx := humago.NewContext(&huma.Operation{}, r, w)
+		if len(allow) == 0 {
+			_ = huma.WriteErr(s.api, ctx, http.StatusNotFound, "no API operation at "+r.URL.Path+"; the OpenAPI document at /api/openapi.json lists them")
+			return
+		}
+		ctx.SetHeader("Allow", strings.Join(allow, ", "))
+		_ = huma.WriteErr(s.api, ctx, http.StatusMethodNotAllowed,
+			fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+	})
+}
+
+// documentCommonErrors adds to every operation the error responses that
+// weir sends for it outside its handler, so that no operation has to list
+// them by hand: 431 and 503 (the headerLimit and limit middlewares, on
+// every operation) and, for an operation whose JSON body huma decodes, 400
+// (not JSON, trailing data, nested too deep, or missing), 413 (over the
+// operation's body limit) and 415 (another Content-Type). A response the
+// operation documents itself is kept.
+func documentCommonErrors(oapi *huma.OpenAPI, op *huma.Operation) {
+	proto := huma.NewError(0, "")
+	contentType := "application/json"
+	if f, ok := proto.(huma.ContentTypeFilter); ok {
+		contentType = f.ContentType(contentType)
+	}
+	errType := reflect.TypeOf(proto)
+	if errType.Kind() == reflect.Pointer {
+		errType = errType.Elem()
+	}
+	schema := oapi.Components.Schemas.Schema(errType, true, "Error")
+	add := func(status int, description string, headers map[string]*huma.Param) {
+		code := strconv.Itoa(status)
+		if op.Responses == nil {
+			op.Responses = map[string]*huma.Response{}
+		}
+		cur := op.Responses[code]
+		switch {
+		case cur == nil:
+		case cur.Description == http.StatusText(status):
+			// Listed in op.Errors, for a cause of the handler's own, which
+			// the operation's description names.
+			description += " Also for the causes the operation's description names."
+		default:
+			return // documented by the operation itself
+		}
+		op.Responses[code] = &huma.Response{Description: http.StatusText(status) + ": " + description, Headers: headers,
+			Content: map[string]*huma.MediaType{contentType: {Schema: schema}}}
+	}
+	add(http.StatusRequestHeaderFieldsTooLarge, "the request line and headers are over receive.maxHeaderBytes.", nil)
+	add(http.StatusServiceUnavailable, "more than api.maxConcurrentRequests API calls are running; retry after Retry-After seconds.",
+		map[string]*huma.Param{"Retry-After": {Description: "Seconds to wait before retrying.", Schema: &huma.Schema{Type: huma.TypeInteger}}})
+	if op.RequestBody == nil {
+		return
+	}
+	// huma decodes a body whose media types have a schema; a body of any
+	// bytes (an import's zip, documented without one) is its handler's.
+	decoded := false
+	for _, m := range op.RequestBody.Content {
+		decoded = decoded || m != nil && m.Schema != nil
+	}
+	if !decoded {
+		return
+	}
+	add(http.StatusBadRequest, "the body is missing, is not valid JSON, has data after the JSON value or nests too deeply.", nil)
+	if op.MaxBodyBytes > 0 {
+		add(http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes.", op.MaxBodyBytes), nil)
+	}
+	// huma decodes any JSON media type (application/json, or a +json one
+	// such as application/merge-patch+json), and a body sent without a
+	// Content-Type as the operation's own.
+	add(http.StatusUnsupportedMediaType, "the body's Content-Type is not JSON: application/json or a +json type such as "+
+		"application/merge-patch+json.", nil)
+}
+
+// maxEchoedValue bounds a string that an error detail echoes back (huma
+// puts the whole request body in errors[].value when it is not valid JSON):
+// a 1 MB body must not come back as a 1 MB answer.
+const maxEchoedValue = 256
+
+// boundErrorValues cuts long values in error details to maxEchoedValue
+// bytes (on a character boundary) and says that they were cut and how long
+// they were. A value that is not a string is cut as its JSON text.
+func boundErrorValues(_ huma.Context, _ string, v any) (any, error) {
+	em, ok := v.(*huma.ErrorModel)
+	if !ok {
+		return v, nil
+	}
+	for _, d := range em.Errors {
+		if d == nil || d.Value == nil {
+			continue
+		}
+		str, isString := d.Value.(string)
+		if !isString {
+			b, err := json.Marshal(d.Value)
+			if err != nil || len(b) <= maxEchoedValue {
+				continue
+			}
+			str = string(b)
+		}
+		if len(str) <= maxEchoedValue {
+			continue
+		}
+		cut := maxEchoedValue
+		for cut > 0 && !utf8.RuneStart(str[cut]) {
+			cut--
+		}
+		d.Value = fmt.Sprintf("%s... (cut: the first %d of %d bytes)", str[:cut], cut, len(str))
+	}
+	return v, nil
 }

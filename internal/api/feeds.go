@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"reflect"
 	"slices"
@@ -187,7 +188,12 @@ func (s *server) registerFeeds() {
 
 	huma.Register(s.api, secured(huma.Operation{
 		OperationID: "create-feed", Method: http.MethodPost, Path: "/feeds", Tags: []string{"Feeds"},
-		Summary: "Create a feed", Description: "Needs Manage Feeds. The creator becomes the feed's OWNER. The new feed is at version 1.",
+		Summary: "Create a feed",
+		Description: "Needs Manage Feeds. The creator becomes the feed's OWNER. The new feed is at version 1. " +
+			"Streams and feed permissions are keyed by the feed's name, so a name that streams of any status still " +
+			"carry (those of an earlier feed of that name, deleted or kept by a forced delete, or received while " +
+			"there was no feed) can be created only by an Administrator: anyone else gets 409, since the new feed " +
+			"would hand them those streams.",
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusConflict, http.StatusUnprocessableEntity},
 	}), func(ctx context.Context, in *createFeedInput) (*feedOutput, error) {
 		if err := require(ctx, access.ManageFeeds); err != nil {
@@ -205,13 +211,27 @@ func (s *server) registerFeeds() {
 		if f.StreamType, err = s.streamType(f.StreamType); err != nil {
 			return nil, err
 		}
-		if err := s.Repo.CreateFeed(ctx, f); err != nil {
-			if errors.Is(err, meta.ErrExists) {
+		if err := checkEncodings(map[string]string{"encoding": f.Encoding, "contextEncoding": f.ContextEncoding}); err != nil {
+			return nil, err
+		}
+		p := caller(ctx)
+		create := s.Repo.CreateFreshFeed
+		if p.Has(access.Administrator) {
+			// An administrator sees every stream anyway, and is the one who
+			// decides who may see an earlier feed's streams again.
+			create = s.Repo.CreateFeed
+		}
+		if err := create(ctx, f); err != nil {
+			switch {
+			case errors.Is(err, meta.ErrExists):
 				return nil, huma.Error409Conflict("a feed named " + b.Name + " already exists")
+			case errors.Is(err, meta.ErrEarlierStreams):
+				return nil, huma.Error409Conflict("streams of an earlier feed named " + b.Name + " exist (deleted or not); " +
+					"a new feed of that name would give its owner those streams, so an Administrator must create it")
 			}
 			return nil, s.internal("create feed", err)
 		}
-		if p := caller(ctx); !p.Has(access.Administrator) {
+		if !p.Has(access.Administrator) {
 			if err := s.Access.SetFeedLevel(ctx, p.User.Name, f.Name, access.Owner); err != nil {
 				return nil, s.internal("grant feed owner", err)
 			}
@@ -260,6 +280,9 @@ func (s *server) registerFeeds() {
 		if f.StreamType, err = s.streamType(f.StreamType); err != nil {
 			return nil, err
 		}
+		if err := checkEncodings(map[string]string{"encoding": f.Encoding, "contextEncoding": f.ContextEncoding}); err != nil {
+			return nil, err
+		}
 		return s.storeFeed(ctx, f, b.Version)
 	})
 
@@ -286,6 +309,18 @@ func (s *server) registerFeeds() {
 			if p.StreamType.Value, err = s.streamType(p.StreamType.Value); err != nil {
 				return nil, err
 			}
+		}
+		// Only the encodings sent are checked: a patch that leaves a stored
+		// name alone is not refused for it.
+		sent := map[string]string{}
+		if p.Encoding.Set && !p.Encoding.Null {
+			sent["encoding"] = p.Encoding.Value
+		}
+		if p.ContextEncoding.Set && !p.ContextEncoding.Null {
+			sent["contextEncoding"] = p.ContextEncoding.Value
+		}
+		if err := checkEncodings(sent); err != nil {
+			return nil, err
 		}
 		defaults := feed.Feed{}.WithDefaults()
 		return s.patchFeed(ctx, in.Name, p.Version.value(0, 0), func(f feed.Feed) feed.Feed {
@@ -418,6 +453,25 @@ func (s *server) streamType(t string) (string, error) {
 	}
 	return "", huma.Error422UnprocessableEntity("invalid stream type", &huma.ErrorDetail{Location: "body.streamType",
 		Message: "not one of receive.metaTypes: " + strings.Join(types, ", "), Value: t})
+}
+
+// checkEncodings refuses (422, naming every field at fault) encoding names,
+// by body field, that the data viewer could not decode with: it resolves
+// them with the same lookup, so a feed cannot hold a name that its text
+// view would call unknown.
+func checkEncodings(byField map[string]string) error {
+	var details []error
+	for _, field := range slices.Sorted(maps.Keys(byField)) {
+		v := byField[field]
+		if _, _, err := feed.LookupEncoding(v); err != nil {
+			details = append(details, &huma.ErrorDetail{Location: "body." + field,
+				Message: err.Error() + "; use one of the " + feed.EncodingNames, Value: v})
+		}
+	}
+	if details != nil {
+		return huma.Error422UnprocessableEntity("unknown character encoding", details...)
+	}
+	return nil
 }
 
 // staleError is the 409 for a version-checked update of something changed

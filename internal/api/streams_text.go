@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -12,11 +11,11 @@ import (
 
 	"golang.org/x/text/encoding"
 	"golang.org/x/text/encoding/charmap"
-	"golang.org/x/text/encoding/htmlindex"
-	"golang.org/x/text/encoding/ianaindex"
 	"golang.org/x/text/encoding/unicode"
 	"golang.org/x/text/encoding/unicode/utf32"
 	"golang.org/x/text/transform"
+
+	"github.com/weirhq/weir/internal/feed"
 )
 
 // This file is the data viewer's text side: charsets, byte-order marks,
@@ -37,29 +36,22 @@ type charset struct {
 	width int64
 }
 
-// lookupCharset resolves a feed's encoding name: IANA names and aliases
-// first (ISO-8859-1 is Latin-1, as senders mean it), then the WHATWG names
-// browsers use (utf8, cp1252), and UTF-32, which neither index decodes.
+// lookupCharset resolves a feed's encoding name with feed.LookupEncoding,
+// the lookup feed writes are checked with, so that the viewer knows every
+// name a feed accepts.
 func lookupCharset(name string) (charset, error) {
-	n := strings.TrimSpace(name)
-	switch strings.ToUpper(strings.ReplaceAll(n, "_", "-")) {
-	case "", "UTF-8", "UTF8":
-		return charset{name: "UTF-8", enc: unicode.UTF8}, nil
-	case "UTF-32", "UTF-32BE":
-		return charset{name: "UTF-32BE", enc: utf32.UTF32(utf32.BigEndian, utf32.IgnoreBOM), width: 4}, nil
-	case "UTF-32LE":
-		return charset{name: "UTF-32LE", enc: utf32.UTF32(utf32.LittleEndian, utf32.IgnoreBOM), width: 4}, nil
-	}
-	enc, err := ianaindex.IANA.Encoding(n)
-	if err != nil || enc == nil {
-		enc, err = htmlindex.Get(n)
-	}
-	if err != nil || enc == nil {
-		return charset{}, fmt.Errorf("%q is not a character encoding weir knows", name)
+	n, enc, err := feed.LookupEncoding(name)
+	if err != nil {
+		return charset{}, err
 	}
 	cs := charset{name: n, enc: enc}
-	if _, ok := enc.(*charmap.Charmap); ok {
-		cs.width = 1
+	switch {
+	case n == "UTF-32BE" || n == "UTF-32LE":
+		cs.width = 4
+	default:
+		if _, ok := enc.(*charmap.Charmap); ok {
+			cs.width = 1
+		}
 	}
 	return cs, nil
 }
@@ -257,11 +249,11 @@ func readTextRange(ctx context.Context, ra io.ReaderAt, start, size int64, cs ch
 		return textRange{text: string(text), chars: int64(utf8.RuneCount(text)), total: total, exact: true}, nil
 	}
 
-	counted := &countingReader{r: io.NewSectionReader(ra, start, body)}
-	dec := transform.NewReader(bufio.NewReaderSize(counted, 64<<10), cs.enc.NewDecoder())
+	dec := &decodeReader{r: io.NewSectionReader(ra, start, body), t: cs.enc.NewDecoder(), src: make([]byte, 64<<10)}
 	var (
 		out     []byte
-		seen    int64 // characters decoded so far
+		seen    int64 // characters decoded so far, up to the end of the range
+		decoded int64 // whole characters decoded so far, those after the range too
 		got     int64
 		carry   int
 		buf     = make([]byte, 64<<10)
@@ -281,6 +273,7 @@ func readTextRange(ctx context.Context, ra io.ReaderAt, start, size int64, cs ch
 		// The decoder's output is valid UTF-8, so runes can be walked
 		// without checks; only the skip to the offset counts them in bulk.
 		whole := chunk[:end]
+		decoded += int64(utf8.RuneCount(whole))
 		if seen < offset {
 			if c := int64(utf8.RuneCount(whole)); seen+c <= offset {
 				seen += c
@@ -318,6 +311,7 @@ func readTextRange(ctx context.Context, ra io.ReaderAt, start, size int64, cs ch
 		for {
 			n, err := dec.Read(buf)
 			if n > 0 {
+				decoded += int64(utf8.RuneCount(buf[:n]))
 				break
 			}
 			if errors.Is(err, io.EOF) {
@@ -332,12 +326,17 @@ func readTextRange(ctx context.Context, ra io.ReaderAt, start, size int64, cs ch
 	switch {
 	case reached:
 		tr.total, tr.exact = seen, true
-	case counted.n > 0:
-		// An estimate from the characters per byte seen so far, as the
+	case dec.consumed > 0:
+		// An estimate from the characters per byte decoded so far, as the
 		// reference system's viewer gives: exact only once read to the end.
-		tr.total = max(seen, int64(float64(seen)/float64(counted.n)*float64(body)))
+		// Both counts cover the same bytes: every character decoded, the
+		// ones after the range included, over the bytes behind them, not
+		// the bytes read ahead. More is known to follow, so the estimate
+		// stays above what was seen, and a client that pages while its
+		// offset is below the total reaches the end.
+		tr.total = max(seen+1, int64(float64(decoded)/float64(dec.consumed)*float64(body)+0.5))
 	default:
-		tr.total = seen
+		tr.total = seen + 1
 	}
 	return tr, nil
 }
@@ -356,15 +355,58 @@ func completeRunes(b []byte) int {
 	return len(b)
 }
 
-type countingReader struct {
-	r io.Reader
-	n int64
+// decodeReader is transform.Reader that also counts the source bytes
+// behind what it has returned: it transforms straight into the caller's
+// buffer, so nothing decoded waits unreturned, and consumed counts exactly
+// the bytes whose characters the caller has (transform.Reader reads and
+// decodes ahead into buffers of its own, and a count below it is of bytes
+// read, not decoded). Reads of the source are as large as src.
+type decodeReader struct {
+	r        io.Reader
+	t        transform.Transformer
+	src      []byte
+	s0, s1   int   // src[s0:s1] is read and not yet transformed
+	eof      bool  // r is exhausted
+	consumed int64 // source bytes transformed into what Read returned
 }
 
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
+func (d *decodeReader) Read(p []byte) (int, error) {
+	for {
+		if d.s0 < d.s1 || d.eof {
+			nDst, nSrc, err := d.t.Transform(p, d.src[d.s0:d.s1], d.eof)
+			d.s0 += nSrc
+			d.consumed += int64(nSrc)
+			switch {
+			case err == nil && d.eof:
+				return nDst, io.EOF
+			case err == nil, errors.Is(err, transform.ErrShortSrc):
+				if nDst > 0 {
+					return nDst, nil
+				}
+				// All of src is decoded, or it ends inside a character:
+				// read more.
+			case errors.Is(err, transform.ErrShortDst) && nDst > 0:
+				return nDst, nil
+			default:
+				return nDst, err
+			}
+		}
+		if d.s0 > 0 {
+			d.s1 = copy(d.src, d.src[d.s0:d.s1])
+			d.s0 = 0
+		}
+		if d.s1 == len(d.src) {
+			return 0, errors.New("the decoder takes no input from a full buffer")
+		}
+		n, err := d.r.Read(d.src[d.s1:])
+		d.s1 += n
+		switch {
+		case errors.Is(err, io.EOF):
+			d.eof = true
+		case err != nil:
+			return 0, err
+		}
+	}
 }
 
 // hexDump formats b, which starts at byte base of the part, as hexdump -C

@@ -100,6 +100,82 @@ func TestReadTextRange(t *testing.T) {
 	}
 }
 
+// TestReadTextRangeEstimate: the estimated total is of the whole part,
+// from the characters decoded over the bytes behind them, whatever range
+// was asked for; and paging while offset < total reads every character.
+func TestReadTextRangeEstimate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	pick := func(n int, alphabet string) string {
+		a := []rune(alphabet)
+		r := make([]rune, n)
+		for i := range r {
+			r[i] = a[rng.IntN(len(a))]
+		}
+		return string(r)
+	}
+	ascii := pick(2526, "abc <>/\n")
+	mixed := pick(400_000, "abcé€𝄞\n日本")
+	// Skewed: the first bytes are ASCII, the rest three bytes a character,
+	// so an estimate from the start is low; paging must still get to the end.
+	skewed := pick(100_000, "abc\n") + pick(200_000, "日本語")
+	utf16, _ := unicode.UTF16(unicode.LittleEndian, unicode.IgnoreBOM).NewEncoder().String(mixed)
+	for _, tc := range []struct {
+		name, charset string
+		data          []byte
+		chars         int64
+	}{
+		{"ascii", "UTF-8", []byte(ascii), int64(len(ascii))},
+		{"utf-8", "UTF-8", []byte(mixed), int64(utf8.RuneCountInString(mixed))},
+		{"skewed", "UTF-8", []byte(skewed), int64(utf8.RuneCountInString(skewed))},
+		{"utf-16", "UTF-16LE", []byte(utf16), int64(utf8.RuneCountInString(mixed))},
+	} {
+		cs, err := lookupCharset(tc.charset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ra := bytes.NewReader(tc.data)
+		size := int64(len(tc.data))
+		if tc.name != "skewed" {
+			for _, r := range [][2]int64{{0, 10}, {2000, 10}, {0, 0}, {100_000, 1}} {
+				got, err := readTextRange(context.Background(), ra, 0, size, cs, r[0], r[1])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.exact {
+					if r[0] < tc.chars && got.total != tc.chars {
+						t.Errorf("%s %v: exact total %d, want %d", tc.name, r, got.total, tc.chars)
+					}
+					continue
+				}
+				// Uniform data: within 2% of the true count.
+				if diff := float64(got.total-tc.chars) / float64(tc.chars); diff > 0.02 || diff < -0.02 {
+					t.Errorf("%s %v: total %d, want about %d", tc.name, r, got.total, tc.chars)
+				}
+			}
+		}
+		var all strings.Builder
+		offset, pages := int64(0), 0
+		for total := int64(1); offset < total; pages++ {
+			got, err := readTextRange(context.Background(), ra, 0, size, cs, offset, 7_000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all.WriteString(got.text)
+			offset, total = offset+got.chars, got.total
+			if pages > 1000 {
+				t.Fatalf("%s: no end after %d pages", tc.name, pages)
+			}
+		}
+		if want := tc.data; tc.charset == "UTF-16LE" {
+			if all.String() != mixed {
+				t.Errorf("%s: paging read %d characters, want %d", tc.name, utf8.RuneCountInString(all.String()), tc.chars)
+			}
+		} else if all.String() != string(want) {
+			t.Errorf("%s: paging read %d characters, want %d", tc.name, utf8.RuneCountInString(all.String()), tc.chars)
+		}
+	}
+}
+
 func trunc(s string) string {
 	if len(s) > 20 {
 		return s[:20]

@@ -44,7 +44,7 @@ type TextView struct {
 	Length  int64   `json:"length" doc:"Characters (text) or bytes (hex) returned; fewer than asked at the end of the part"`
 	// TotalBytes counts every byte of the part, a byte-order mark included.
 	TotalBytes      int64    `json:"totalBytes" doc:"Bytes of the part, a byte-order mark included"`
-	TotalChars      *int64   `json:"totalChars" doc:"Characters of the part (after any byte-order mark); an estimate unless totalCharsExact. Null in hex mode and for data that is not text."`
+	TotalChars      *int64   `json:"totalChars" doc:"Characters of the whole part (after any byte-order mark), whatever range was asked for; unless totalCharsExact, an estimate from the characters per byte decoded so far, always more than offset + length while more characters follow, so that paging while offset < totalChars reaches the end. Null in hex mode and for data that is not text."`
 	TotalCharsExact bool     `json:"totalCharsExact"`
 	NonText         *NonText `json:"nonText" doc:"Set when the part is not text (judged from its first 8 KiB), saying why; null for text"`
 }

@@ -792,6 +792,19 @@ func TestAPIDataFeedKeys(t *testing.T) {
 		root.do("POST", "/datafeedkeys", body).admWantProblem(t, what, 422)
 	}
 
+	// Attributes weir sets itself, or never stores, cannot be a key's: laid
+	// over a post's, they would overwrite its receipt id or identity, or
+	// store a credential.
+	for _, name := range []string{"Authorization", "ReceiptId", "receiptidpath", "StreamSize", "UploadUserId",
+		"UploadUsername", "ReceivedTime", "DataReceiptRule", "RemoteDN", "Cookie", "Compression", "Content-Encoding"} {
+		root.do("POST", "/datafeedkeys", `{"account":"3000","attributes":{"`+name+`":"x","System":"S"}}`).admWantProblem(t,
+			"reserved attribute "+name, 422, "attribute "+name+" cannot be set on a key")
+	}
+	root.do("GET", "/datafeedkeys?account=3000", "").want(t, "list after refusals", 200, &list)
+	if len(list.Keys) != 0 {
+		t.Fatalf("a refused key was stored: %v", list.Keys)
+	}
+
 	// Revoked: it stops at once, stays listed as revoked, and revoking again changes nothing.
 	var revoked dfk
 	feeds.do("DELETE", fmt.Sprintf("/datafeedkeys/%d", k.ID), "").admWantProblem(t, "revoke without Administrator", 403)

@@ -632,3 +632,71 @@ func TestAPIStreamsBulk(t *testing.T) {
 		t.Fatalf("restore one: %v %v", decoded, err)
 	}
 }
+
+// TestAPIStreamsTextTotal: totalChars estimates the whole part's
+// characters whatever range was asked for (it was the characters up to the
+// range's end over the bytes read ahead: 10 for ?length=10 on a small
+// part), and a client that pages while offset < totalChars reads it all.
+func TestAPIStreamsTextTotal(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, nil)
+	s.CreateFeed("TOTAL-FEED", "", "")
+	admin := user(t, s, "sxadmin", []string{access.Administrator}, nil)
+	text := func(id int64, query string) sxText {
+		t.Helper()
+		var tx sxText
+		admin.do("GET", fmt.Sprintf("/streams/%d/text%s", id, query), "").want(t, "text "+query, 200, &tx)
+		return tx
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	pick := func(n int, alphabet string) string {
+		a := []rune(alphabet)
+		r := make([]rune, n)
+		for i := range r {
+			r[i] = a[rng.IntN(len(a))]
+		}
+		return string(r)
+	}
+
+	ascii := pick(2526, "abcdefgh <>/\n")
+	aid := sxPost(t, s, []byte(ascii), "Feed", "TOTAL-FEED")
+	for _, q := range []string{"?length=10", "?offset=2000&length=10", "?offset=2520&length=10", ""} {
+		if tx := text(aid, q); tx.TotalChars == nil || *tx.TotalChars != 2526 {
+			t.Errorf("ascii %s: totalChars %s (exact %v), want 2526", q, string(admJSONRaw(tx.TotalChars)), tx.TotalCharsExact)
+		}
+	}
+
+	// Multi-byte UTF-8, larger than a read, so only an estimate is known.
+	mixed := pick(300_000, "abc é€𝄞\n日本")
+	chars := int64(utf8.RuneCountInString(mixed))
+	mid := sxPost(t, s, []byte(mixed), "Feed", "TOTAL-FEED")
+	for _, q := range []string{"?length=10", "?offset=2000&length=10"} {
+		tx := text(mid, q)
+		if tx.TotalCharsExact || tx.TotalChars == nil || float64(*tx.TotalChars) < 0.98*float64(chars) || float64(*tx.TotalChars) > 1.02*float64(chars) {
+			t.Errorf("utf-8 %s: totalChars %s (exact %v), want about %d", q, string(admJSONRaw(tx.TotalChars)), tx.TotalCharsExact, chars)
+		}
+	}
+	// Paging: ASCII first, then three bytes a character, so the early
+	// estimates are low.
+	skewed := pick(50_000, "abc\n") + pick(150_000, "日本語")
+	sid := sxPost(t, s, []byte(skewed), "Feed", "TOTAL-FEED")
+	var all strings.Builder
+	var offset, total int64 = 0, 1
+	for pages := 0; offset < total; pages++ {
+		if pages > 100 {
+			t.Fatalf("no end after %d pages", pages)
+		}
+		tx := text(sid, fmt.Sprintf("?offset=%d&length=9000", offset))
+		all.WriteString(tx.Text)
+		offset, total = offset+tx.Length, *tx.TotalChars
+	}
+	if all.String() != skewed {
+		t.Fatalf("paging read %d characters, want %d", utf8.RuneCountInString(all.String()), utf8.RuneCountInString(skewed))
+	}
+}
+
+// admJSONRaw is v as JSON, for messages (a pointer shows its value, or null).
+func admJSONRaw(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}

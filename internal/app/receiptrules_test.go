@@ -97,7 +97,8 @@ func TestReceiptRules(t *testing.T) {
 		t.Fatalf("stored rules: %+v", doc)
 	}
 	// A client that read version 0 cannot overwrite version 1.
-	ruler.do(http.MethodPut, "/receiptRules", `{"version": 0, "rules": []}`).want(t, "stale put", http.StatusConflict, nil)
+	ruler.do(http.MethodPut, "/receiptRules", `{"version": 0, "rules": []}`).admWantProblem(t, "stale put", http.StatusConflict,
+		"the receipt rule set is at version 1, not 0")
 
 	// alice: TEAM-A feeds only, by rule 2; elsewhere rule 3 refuses her.
 	id := sendAs(alice, "TEAM-A-LOGS", "alice's own").ok(t)

@@ -327,7 +327,7 @@ func admin(args []string, stdout, stderr io.Writer) error {
 		if len(pos) != 1 {
 			return usagef("feed create takes one feed name")
 		}
-		return f.create(ctx, st.Repo, cfg, pos[0], fs, stdout)
+		return f.create(ctx, st.Repo, cfg, pos[0], fs, stdout, stderr)
 	case "feed update":
 		if len(pos) != 1 {
 			return usagef("feed update takes one feed name")
@@ -397,6 +397,17 @@ func (f *feedFlags) apply(fd *feed.Feed, fs *flag.FlagSet, types []string) error
 	if err != nil {
 		return err
 	}
+	// The API refuses these names too: the data viewer could not decode
+	// with them, and only a flag given is checked, so that an update of
+	// something else does not fail on a name stored earlier.
+	for _, e := range []struct{ flag, value string }{{"encoding", f.encoding}, {"context-encoding", f.contextEncoding}} {
+		if !visited(fs, e.flag) {
+			continue
+		}
+		if _, _, err := feed.LookupEncoding(e.value); err != nil {
+			return fmt.Errorf("--%s: %w; use one of the %s", e.flag, err, feed.EncodingNames)
+		}
+	}
 	if fd.StreamType != "" && types != nil {
 		for _, t := range types {
 			if strings.EqualFold(t, fd.StreamType) {
@@ -409,7 +420,17 @@ func (f *feedFlags) apply(fd *feed.Feed, fs *flag.FlagSet, types []string) error
 	return nil
 }
 
-func (f *feedFlags) create(ctx context.Context, repo *meta.Repo, cfg config.Config, name string, fs *flag.FlagSet, out io.Writer) error {
+// visited reports whether the flag name was given.
+func visited(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(fl *flag.Flag) { found = found || fl.Name == name })
+	return found
+}
+
+// create creates a feed. Unlike the API's, it may take a name that streams
+// of an earlier feed still carry (an administrator's tool), and says so on
+// errOut, since whoever is given rights on the feed reaches them.
+func (f *feedFlags) create(ctx context.Context, repo *meta.Repo, cfg config.Config, name string, fs *flag.FlagSet, out, errOut io.Writer) error {
 	if err := feed.ValidateName(cfg.FeedNameRegexp(), name); err != nil {
 		return err
 	}
@@ -425,6 +446,14 @@ func (f *feedFlags) create(ctx context.Context, repo *meta.Repo, cfg config.Conf
 		return err
 	}
 	fmt.Fprintf(out, "created feed %s (status %s, type %s)\n", fd.Name, fd.Status, fd.StreamType)
+	has, err := repo.FeedNameHasStreams(ctx, name)
+	if err != nil {
+		return fmt.Errorf("feed %s created, but: %w", name, err)
+	}
+	if has {
+		fmt.Fprintf(errOut, "note: streams of an earlier feed named %s exist (deleted or not) and are now this feed's: "+
+			"whoever is given permissions on %s reaches them\n", name, name)
+	}
 	return nil
 }
 

@@ -216,6 +216,21 @@ func TestDataFeedKeyCommandErrors(t *testing.T) {
 	}
 }
 
+// TestDataFeedKeyReservedAttributes: --attr refuses what weir sets itself
+// or never stores, as the API does (both create keys with one function).
+func TestDataFeedKeyReservedAttributes(t *testing.T) {
+	st := dfkStorage{flags: []string{"--data", t.TempDir()}}
+	for _, name := range []string{"Authorization", "ReceiptId", "ReceiptIdPath", "StreamSize", "uploaduserid"} {
+		r := dfk(st, "create", "--account", "3000", "--attr", name+"=x")
+		if r.code != 1 || !strings.Contains(r.stderr, "attribute "+name+" cannot be set on a key") || r.stdout != "" {
+			t.Errorf("--attr %s=x: exit %d, stdout %q, stderr %q", name, r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := dfk(st, "list", "--account", "3000"); r.code != 0 || strings.Contains(r.stdout, "3000") {
+		t.Errorf("a refused key was stored: %+v", r)
+	}
+}
+
 func TestParseKeyLifetime(t *testing.T) {
 	for in, want := range map[string]time.Duration{
 		"365d": 365 * 24 * time.Hour, "90D": 90 * 24 * time.Hour, " 1d ": 24 * time.Hour,

@@ -41,10 +41,46 @@ const (
 	feedColumns       = feedInsertColumns + `, version`
 )
 
+// ErrEarlierStreams is wrapped by CreateFreshFeed's error when streams
+// already carry the feed name.
+var ErrEarlierStreams = errors.New("streams of an earlier feed of that name exist")
+
+// hasStreamsQuery tells whether any stream, of any status, carries a feed
+// name (streams_feed_id answers it from the index).
+const hasStreamsQuery = `SELECT EXISTS (SELECT 1 FROM streams WHERE feed = $1)`
+
 // CreateFeed stores a new feed at version 1 (f.Version is ignored). It fails
 // with an error wrapping ErrExists when the name is taken. Zero
-// CreateMs/UpdateMs are set to now.
+// CreateMs/UpdateMs are set to now. Streams that already carry the name (of
+// an earlier feed of that name, or received while there was none) become
+// the new feed's: streams and feed permissions are keyed by name. Callers
+// that must not hand those streams on use CreateFreshFeed.
 func (r *Repo) CreateFeed(ctx context.Context, f feed.Feed) error {
+	return r.createFeed(ctx, f, false)
+}
+
+// CreateFreshFeed is CreateFeed, refused with an error wrapping
+// ErrEarlierStreams when any stream (of any status, DELETED included)
+// already carries the name. Whoever creates a feed may be made its owner,
+// and an owner reaches every stream of the name: a user allowed to create
+// feeds must not gain the streams of a feed deleted earlier this way. A
+// taken name is still ErrExists. The check and the insert are one
+// transaction.
+func (r *Repo) CreateFreshFeed(ctx context.Context, f feed.Feed) error {
+	return r.createFeed(ctx, f, true)
+}
+
+// FeedNameHasStreams reports whether any stream, of any status, carries the
+// feed name, whether or not a feed of that name exists.
+func (r *Repo) FeedNameHasStreams(ctx context.Context, name string) (bool, error) {
+	var has bool
+	if err := r.db.QueryRowContext(ctx, hasStreamsQuery, name).Scan(&has); err != nil {
+		return false, fmt.Errorf("streams of feed name %q: %w", name, err)
+	}
+	return has, nil
+}
+
+func (r *Repo) createFeed(ctx context.Context, f feed.Feed, fresh bool) error {
 	if f.Name == "" {
 		return errors.New("create feed: empty name")
 	}
@@ -56,6 +92,23 @@ func (r *Repo) CreateFeed(ctx context.Context, f feed.Feed) error {
 		f.UpdateMs = f.CreateMs
 	}
 	err := r.withTx(ctx, func(tx *sql.Tx) error {
+		if fresh {
+			// A taken name is ErrExists whatever its streams, so that the
+			// usual answer does not change.
+			var taken, has bool
+			if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM feeds WHERE name = $1)`, f.Name).Scan(&taken); err != nil {
+				return fmt.Errorf("look for the feed: %w", err)
+			}
+			if taken {
+				return ErrExists
+			}
+			if err := tx.QueryRowContext(ctx, hasStreamsQuery, f.Name).Scan(&has); err != nil {
+				return fmt.Errorf("look for earlier streams: %w", err)
+			}
+			if has {
+				return ErrEarlierStreams
+			}
+		}
 		// ON CONFLICT DO NOTHING reports a taken name as zero rows affected on
 		// both engines, instead of engine-specific constraint error codes.
 		res, err := tx.ExecContext(ctx, `INSERT INTO feeds (`+feedInsertColumns+`)

@@ -18,6 +18,7 @@ func TestVersions(t *testing.T) {
 		{"FeedVersion", testFeedVersion},
 		{"FeedVersionConcurrent", testFeedVersionConcurrent},
 		{"DeleteFeed", testDeleteFeed},
+		{"CreateFreshFeed", testCreateFreshFeed},
 		{"UserVersion", testUserVersion},
 		{"DeleteUser", testDeleteUser},
 		{"ReceiptRules", testReceiptRules},
@@ -194,6 +195,54 @@ func testDeleteFeed(t *testing.T, loc location) {
 	}
 	if f, _ := r.GetFeed(ctx, "LIVE"); f.Version != 1 {
 		t.Fatalf("re-created feed at version %d", f.Version)
+	}
+}
+
+// testCreateFreshFeed: a name that streams of any status still carry (of a
+// deleted feed, or received without one) cannot be created fresh, so that
+// whoever creates it does not inherit them; CreateFeed still can.
+func testCreateFreshFeed(t *testing.T, loc location) {
+	ctx := t.Context()
+	r := openRepo(t, loc)
+	for _, n := range []string{"KEPT", "GONE", "EMPTY"} {
+		if err := r.CreateFeed(ctx, feed.Feed{Name: n, Status: feed.Receive}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := newStream("KEPT", "n", "a")
+	gone := newStream("GONE", "n", "b")
+	orphan := newStream("NEVER-A-FEED", "n", "c") // as RECEIVE_ALL stores
+	apply(t, r, &Batch{Create: []*Stream{kept, gone, orphan}})
+	apply(t, r, &Batch{Unlock: []*Stream{kept, gone}})
+	if err := r.SetStreamStatus(ctx, gone.ID, Deleted); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CreateFreshFeed(ctx, feed.Feed{Name: "KEPT", Status: feed.Receive}); !errors.Is(err, ErrExists) {
+		t.Fatalf("fresh feed over an existing one: %v, want ErrExists", err)
+	}
+	for _, n := range []string{"KEPT", "GONE", "EMPTY"} {
+		if _, err := r.DeleteFeed(ctx, n, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n, want := range map[string]bool{"KEPT": true, "GONE": true, "NEVER-A-FEED": true, "EMPTY": false, "NEW": false} {
+		if has, err := r.FeedNameHasStreams(ctx, n); err != nil || has != want {
+			t.Errorf("FeedNameHasStreams(%s) = %v, %v; want %v", n, has, err, want)
+		}
+		err := r.CreateFreshFeed(ctx, feed.Feed{Name: n, Status: feed.Receive})
+		switch {
+		case want && !errors.Is(err, ErrEarlierStreams):
+			t.Errorf("fresh feed %s over earlier streams: %v, want ErrEarlierStreams", n, err)
+		case !want && err != nil:
+			t.Errorf("fresh feed %s: %v", n, err)
+		}
+		if _, err := r.GetFeed(ctx, n); want != errors.Is(err, ErrNotFound) {
+			t.Errorf("feed %s after CreateFreshFeed: %v", n, err)
+		}
+	}
+	// CreateFeed (an administrator's) takes the name and its streams.
+	if err := r.CreateFeed(ctx, feed.Feed{Name: "GONE", Status: feed.Receive}); err != nil {
+		t.Fatal(err)
 	}
 }
 

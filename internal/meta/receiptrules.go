@@ -82,7 +82,8 @@ func (r *Repo) PutReceiptRules(ctx context.Context, rules string, version int64,
 			!errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		return &StaleError{What: "the receipt rules", Want: version, Current: current}
+		// Singular: messages read "<What> is at version N".
+		return &StaleError{What: "the receipt rule set", Want: version, Current: current}
 	})
 	if err != nil {
 		return ReceiptRules{}, fmt.Errorf("put receipt rules: %w", err)

@@ -38,6 +38,36 @@ var notAttributes = map[string]bool{
 	"weir-relay":              true, // this hop's business (RelayHeader), not the data's
 }
 
+// setByWeir are the attributes this service sets on what it stores, from
+// what it established itself: this hop's receipt details
+// (attr.AddReceiptInfo), the authenticated sender (auth.Apply), the
+// part's size, the receipt rule that took it, and what only a verified
+// certificate may set (certKeys). Lower case.
+var setByWeir = func() map[string]bool {
+	m := map[string]bool{}
+	for _, k := range append([]string{attr.KeyReceiptID, attr.KeyReceiptIDPath, attr.KeyReceivedTime,
+		attr.KeyReceivedTimeHistory, attr.KeyReceivedPath, "UploadUserId", "UploadUsername", "StreamSize",
+		keyDataReceiptRule}, certKeys...) {
+		m[strings.ToLower(k)] = true
+	}
+	return m
+}()
+
+// ReservedAttribute says why an attribute of this name cannot be set by
+// configuration, such as a data feed key's attributes (which are laid over
+// a post's after weir has added its own): weir never stores it (a
+// credential, or a transport or compression header), or sets it itself.
+// It returns "" for any other name. Names match in any case.
+func ReservedAttribute(name string) string {
+	switch lower := strings.ToLower(strings.TrimSpace(name)); {
+	case notAttributes[lower]:
+		return "weir never stores " + name + " as an attribute (a credential, or a transport or compression header)"
+	case setByWeir[lower]:
+		return "weir sets " + name + " itself"
+	}
+	return ""
+}
+
 // knownNames restores the conventional spelling of attribute names that
 // Go's HTTP server canonicalises (EffectiveTime arrives as Effectivetime).
 // Other header names keep the canonical form; HTTP/2 senders send lower

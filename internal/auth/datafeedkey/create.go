@@ -11,6 +11,7 @@ import (
 
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/receive"
 )
 
 // HintLen is how many characters after the prefix are kept as a stored key's
@@ -110,6 +111,13 @@ func checkNewKey(n NewKey) (*attr.Map, error) {
 			return nil, invalidf("the value of attribute %s has surrounding space or a control character", k)
 		case n.OwnerHeader != "" && strings.EqualFold(k, n.OwnerHeader):
 			return nil, invalidf("attribute %s is the key's account; it cannot be set as an attribute", k)
+		}
+		// A key's attributes are laid over a post's after weir has added
+		// its own: a key must neither overwrite those (ReceiptId,
+		// UploadUserId, ...) nor store what weir keeps out of every stream
+		// (Authorization, ...).
+		if why := receive.ReservedAttribute(k); why != "" {
+			return nil, invalidf("attribute %s cannot be set on a key: %s", k, why)
 		}
 		if _, dup := m.Get(k); dup {
 			// Attribute names are case-insensitive: one would replace the other.
