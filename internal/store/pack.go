@@ -364,9 +364,28 @@ func newestDirs(root string, depth, n int) ([]string, error) {
 // RemoveDeleted removes the data of streams already marked DELETED and
 // returns the ids whose rows may now be purged. A stream with a file of
 // its own goes at once; a packed stream's pack goes with the last of its
-// live streams, and then every row in that pack may be purged.
+// live streams, and then every row in that pack may be purged. The
+// removals are made durable (their directories synced) before any id is
+// returned: a row purged while its file's removal was still only in the
+// page cache would leave, after a power cut, a file no row names, which
+// nothing would ever remove.
 func (s *Store) RemoveDeleted(ctx context.Context, streams []meta.Stream) ([]int64, error) {
+	purge, dirs, err := s.removeDeleted(ctx, streams)
+	for dir := range dirs {
+		if serr := syncDir(dir); serr != nil && !errors.Is(serr, os.ErrNotExist) {
+			// Nothing may be purged: the rows stay DELETED, and the next
+			// cleanup removes (finds gone) and syncs again.
+			return nil, errors.Join(err, serr)
+		}
+	}
+	return purge, err
+}
+
+// removeDeleted is RemoveDeleted without the syncs: it also returns the
+// directories it removed files from.
+func (s *Store) removeDeleted(ctx context.Context, streams []meta.Stream) ([]int64, map[string]bool, error) {
 	var purge []int64
+	dirs := map[string]bool{}
 	packs := map[string]bool{}
 	// A pack with no batch in flight has a final live count (packMu keeps
 	// batches out while this runs); the open pack is closed first if it is
@@ -377,14 +396,16 @@ func (s *Store) RemoveDeleted(ctx context.Context, streams []meta.Stream) ([]int
 	defer s.packMu.Unlock()
 	for _, st := range streams {
 		if st.Status != meta.Deleted {
-			return purge, fmt.Errorf("stream %d is %s, not DELETED", st.ID, st.Status)
+			return purge, dirs, fmt.Errorf("stream %d is %s, not DELETED", st.ID, st.Status)
 		}
 		if st.Pack != "" {
 			packs[st.Pack] = true
 			continue
 		}
-		if err := os.Remove(s.path(&st)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return purge, fmt.Errorf("remove stream %d: %w", st.ID, err)
+		path := s.path(&st)
+		dirs[filepath.Dir(path)] = true
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return purge, dirs, fmt.Errorf("remove stream %d: %w", st.ID, err)
 		}
 		purge = append(purge, st.ID)
 	}
@@ -394,7 +415,7 @@ func (s *Store) RemoveDeleted(ctx context.Context, streams []meta.Stream) ([]int
 		}
 		live, err := s.repo.PackLive(ctx, pack)
 		if err != nil {
-			return purge, err
+			return purge, dirs, err
 		}
 		if live > 0 {
 			continue
@@ -402,14 +423,16 @@ func (s *Store) RemoveDeleted(ctx context.Context, streams []meta.Stream) ([]int
 		if s.pack != nil && s.pack.rel == pack {
 			s.closePack()
 		}
-		if err := os.Remove(filepath.Join(s.opt.Root, pack)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return purge, fmt.Errorf("remove pack %s: %w", pack, err)
+		path := filepath.Join(s.opt.Root, pack)
+		dirs[filepath.Dir(path)] = true
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return purge, dirs, fmt.Errorf("remove pack %s: %w", pack, err)
 		}
 		ids, err := s.repo.PackStreamIDs(ctx, pack)
 		if err != nil {
-			return purge, err
+			return purge, dirs, err
 		}
 		purge = append(purge, ids...)
 	}
-	return purge, nil
+	return purge, dirs, nil
 }
