@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -61,9 +62,10 @@ type Deps struct {
 
 type server struct {
 	Deps
-	slots   chan struct{} // bounds API requests in flight
-	api     huma.API
-	closers []func() // background work started by the API, stopped by Close
+	slots     chan struct{} // bounds API requests in flight
+	downloads chan struct{} // bounds downloads being sent (see download)
+	api       huma.API
+	closers   []func() // background work started by the API, stopped by Close
 }
 
 // Server is the registered API.
@@ -108,7 +110,8 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 	cfg.Transformers = append(cfg.Transformers, boundErrorValues)
 	cfg.OpenAPI.OnAddOperation = append(cfg.OpenAPI.OnAddOperation, documentCommonErrors)
 	cfg.Servers = []*huma.Server{{URL: d.BasePath + "/api"}}
-	s := &server{Deps: d, slots: make(chan struct{}, max(d.Config.API.MaxConcurrentRequests, 1))}
+	s := &server{Deps: d, slots: make(chan struct{}, max(d.Config.API.MaxConcurrentRequests, 1)),
+		downloads: make(chan struct{}, max(d.Config.API.MaxConcurrentDownloads, 1))}
 	s.api = humago.NewWithPrefix(mux, "/api", cfg)
 	s.api.UseMiddleware(s.headerLimit, s.limit, s.authenticate)
 	s.registerAccount()
@@ -153,14 +156,54 @@ func (s *server) headerLimit(ctx huma.Context, next func(huma.Context)) {
 func (s *server) limit(ctx huma.Context, next func(huma.Context)) {
 	select {
 	case s.slots <- struct{}{}:
-		defer func() { <-s.slots }()
-		next(ctx)
+		sl := &slot{ch: s.slots}
+		defer sl.release()
+		next(huma.WithValue(ctx, slotKey{}, sl))
 	default:
-		retry := max(int(s.Config.API.RetryAfter.D().Seconds()), 1)
+		retry := s.retryAfter()
 		ctx.SetHeader("Retry-After", strconv.Itoa(retry))
 		_ = huma.WriteErr(s.api, ctx, http.StatusServiceUnavailable,
 			fmt.Sprintf("more than %d API calls are running; retry after %d s", cap(s.slots), retry))
 	}
+}
+
+func (s *server) retryAfter() int { return max(int(s.Config.API.RetryAfter.D().Seconds()), 1) }
+
+// slotKey is the context key of a request's API slot.
+type slotKey struct{}
+
+// slot is a request's place among api.maxConcurrentRequests, given back
+// once, whichever of the request's end and its download's start is first.
+type slot struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (sl *slot) release() { sl.once.Do(func() { <-sl.ch }) }
+
+// download makes body, which sends a stream or an export, the answer of
+// the request of ctx. Sending takes one of api.maxConcurrentDownloads
+// (503 with Retry-After when all are taken) and gives the request's API
+// slot back as it starts: a client that reads slowly, or a few dozen of
+// them, would otherwise hold every slot for as long as they read, and
+// every other call would get 503. On an error the caller closes what body
+// would have.
+func (s *server) download(ctx context.Context, body func(hc huma.Context)) (*huma.StreamResponse, error) {
+	select {
+	case s.downloads <- struct{}{}:
+	default:
+		retry := s.retryAfter()
+		return nil, huma.ErrorWithHeaders(
+			huma.Error503ServiceUnavailable(fmt.Sprintf("%d downloads are being sent (api.maxConcurrentDownloads); retry after %d s", cap(s.downloads), retry)),
+			http.Header{"Retry-After": {strconv.Itoa(retry)}})
+	}
+	return &huma.StreamResponse{Body: func(hc huma.Context) {
+		defer func() { <-s.downloads }()
+		if sl, ok := ctx.Value(slotKey{}).(*slot); ok {
+			sl.release()
+		}
+		body(hc)
+	}}, nil
 }
 
 // secured marks an operation as needing a caller.

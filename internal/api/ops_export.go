@@ -114,13 +114,17 @@ func (s *opsAPI) registerExports() {
 		if err != nil {
 			return nil, s.internal("open export", err)
 		}
-		return &huma.StreamResponse{Body: func(hc huma.Context) {
+		resp, err := s.download(ctx, func(hc huma.Context) {
 			defer f.Close()
 			r, w := humago.Unwrap(hc)
 			w.Header().Set("Content-Type", "application/zip")
 			w.Header().Set("Content-Disposition", `attachment; filename="weir-export-`+op.ID+`.zip"`)
 			http.ServeContent(w, r, "", time.UnixMilli(op.FinishMs), f)
-		}}, nil
+		})
+		if err != nil {
+			f.Close()
+		}
+		return resp, err
 	})
 
 	huma.Register(s.api, secured(huma.Operation{
@@ -143,7 +147,7 @@ func (s *opsAPI) registerExports() {
 		if err != nil {
 			return nil, huma.Error404NotFound(fmt.Sprintf("stream %d cannot be read: %v", st.ID, err))
 		}
-		return &huma.StreamResponse{Body: func(hc huma.Context) {
+		resp, err := s.download(ctx, func(hc huma.Context) {
 			defer r.Close()
 			hc.SetHeader("Content-Type", "application/zip")
 			hc.SetHeader("Content-Disposition", `attachment; filename="weir-stream-`+strconv.FormatInt(st.ID, 10)+`.zip"`)
@@ -160,7 +164,11 @@ func (s *opsAPI) registerExports() {
 				// download, not a complete-looking short one.
 				panic(http.ErrAbortHandler)
 			}
-		}}, nil
+		})
+		if err != nil {
+			r.Close()
+		}
+		return resp, err
 	})
 }
 

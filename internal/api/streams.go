@@ -343,7 +343,7 @@ func (s *server) streamData(ctx context.Context, in *dataInput) (*huma.StreamRes
 		name += "-" + strings.ToLower(strings.ReplaceAll(in.Child, " ", ""))
 	}
 	body := io.NewSectionReader(all, start, n)
-	return &huma.StreamResponse{Body: func(hc huma.Context) {
+	resp, err := s.download(ctx, func(hc huma.Context) {
 		defer r.Close()
 		hc.SetHeader("Content-Type", "application/octet-stream")
 		hc.SetHeader("Content-Length", strconv.FormatInt(n, 10))
@@ -358,7 +358,11 @@ func (s *server) streamData(ctx context.Context, in *dataInput) (*huma.StreamRes
 		if _, err := io.CopyBuffer(hc.BodyWriter(), body, make([]byte, streamfile.DefaultBlockSize)); err != nil {
 			s.Log.Warn("stream download ended early", "stream", st.ID, "err", err)
 		}
-	}}, nil
+	})
+	if err != nil {
+		r.Close()
+	}
+	return resp, err
 }
 
 // parseRange reads a Range header for a body of size bytes. ok is false

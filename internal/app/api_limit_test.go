@@ -1,8 +1,12 @@
 package app_test
 
 import (
+	"bufio"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,5 +60,67 @@ func TestAPIOverload(t *testing.T) {
 	}
 	apptest.WaitFor(t, "the slot to free", func() bool {
 		return apiClient{t: t, url: s.URL + "/api"}.do("GET", "/version", "").status == http.StatusOK
+	})
+}
+
+// TestAPIDownloadsDoNotHoldCallSlots: a download gives its call slot back
+// once it starts sending, so clients that read slowly do not leave every
+// other call with 503; downloads have a bound of their own
+// (api.maxConcurrentDownloads), past which they get 503 with Retry-After,
+// and a download slot frees when its client goes.
+func TestAPIDownloadsDoNotHoldCallSlots(t *testing.T) {
+	t.Parallel()
+	s := start(t, func(c *config.Config) {
+		c.API.MaxConcurrentRequests = 1
+		c.API.MaxConcurrentDownloads = 2
+		c.API.RetryAfter = config.Duration(3 * time.Second)
+	})
+	reader := user(t, s, "reader", []string{access.DataView}, map[string]access.Level{testFeed: access.View})
+	// Far more than the sockets between server and client hold, so that
+	// a client that does not read keeps its download sending.
+	big := make([]byte, 64<<20)
+	for i := range big {
+		big[i] = byte('a' + i%23)
+	}
+	id := streamByReceipt(t, s, post(t, s, big, "Feed", testFeed).ok(t)).ID
+	path := fmt.Sprintf("/api/streams/%d/data", id)
+
+	// Two clients start downloads and then read nothing.
+	var stalled []net.Conn
+	for range 2 {
+		c := dial(t, s)
+		stalled = append(stalled, c)
+		if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: "+addr(s)+"\r\nAuthorization: Bearer "+reader.key+"\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("download: %v %v", res, err)
+		}
+	}
+	// The one call slot is free for other calls.
+	reader.do("GET", "/version", "").want(t, "a call beside two stalled downloads", http.StatusOK, nil)
+	// A third download finds both download slots taken.
+	r := reader.do("GET", fmt.Sprintf("/streams/%d/data", id), "")
+	r.want(t, "a third download", http.StatusServiceUnavailable, nil)
+	if got := r.header.Get("Retry-After"); got != "3" || !strings.Contains(string(r.body), "api.maxConcurrentDownloads") {
+		t.Errorf("Retry-After %q, body %s", got, r.body)
+	}
+	// A client that goes frees its download slot.
+	stalled[0].Close()
+	apptest.WaitFor(t, "a download slot to free", func() bool {
+		req, err := http.NewRequest(http.MethodGet, s.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+reader.key)
+		req.Header.Set("Range", "bytes=0-9")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return res.StatusCode == http.StatusPartialContent && string(b) == string(big[:10])
 	})
 }

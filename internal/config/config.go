@@ -35,8 +35,12 @@ type Config struct {
 
 // API configures the REST API.
 type API struct {
-	MaxConcurrentRequests int      `yaml:"maxConcurrentRequests"` // more at once get 503 with Retry-After
-	RetryAfter            Duration `yaml:"retryAfter"`
+	MaxConcurrentRequests int `yaml:"maxConcurrentRequests"` // more at once get 503 with Retry-After
+	// MaxConcurrentDownloads bounds the stream and export downloads being
+	// sent; a download gives its request slot back when it starts sending,
+	// so that slow readers cannot hold the slots every other call needs.
+	MaxConcurrentDownloads int      `yaml:"maxConcurrentDownloads"`
+	RetryAfter             Duration `yaml:"retryAfter"`
 }
 
 // TLS makes weir serve HTTPS, optionally with client certificates (mutual TLS).
@@ -192,7 +196,7 @@ func Default() Config {
 		},
 		Store: Store{BlockSize: 256 << 10, PackMaxSize: 256 << 10, Compression: "s2"},
 		TLS:   TLS{ClientAuth: "request"},
-		API:   API{MaxConcurrentRequests: 64, RetryAfter: Duration(time.Second)},
+		API:   API{MaxConcurrentRequests: 64, MaxConcurrentDownloads: 64, RetryAfter: Duration(time.Second)},
 		Security: Security{
 			OIDC:    OIDC{UniqueIdentityClaim: "sub", UsernameClaim: "preferred_username"},
 			APIKeys: APIKeys{MaxExpiry: Duration(365 * 24 * time.Hour)},
@@ -294,6 +298,9 @@ func (c *Config) Validate() error {
 	}
 	if c.API.MaxConcurrentRequests < 1 {
 		add("api.maxConcurrentRequests: must be at least 1")
+	}
+	if c.API.MaxConcurrentDownloads < 1 {
+		add("api.maxConcurrentDownloads: must be at least 1")
 	}
 	if c.Security.APIKeys.MaxExpiry <= 0 {
 		add("security.apiKeys.maxExpiry: must be positive")

@@ -115,8 +115,9 @@ func TestValidate(t *testing.T) {
 	cfg.DB = "mysql://x"
 	cfg.TLS.CertFile = "x.pem"
 	cfg.Receive.TrustedForwarders = []string{"TOKEN:proxy-1", "proxy-2", "KEY:x", "CERTIFICATE:"}
+	cfg.API.MaxConcurrentDownloads = 0
 	err := cfg.Validate()
-	for _, want := range []string{"enabledAuthenticationTypes", "receiptCheckMode", "db:", "keyFile",
+	for _, want := range []string{"enabledAuthenticationTypes", "receiptCheckMode", "db:", "keyFile", "api.maxConcurrentDownloads",
 		`trustedForwarders[1]: "proxy-2"`, `trustedForwarders[2]: "KEY:x"`, `trustedForwarders[3]: "CERTIFICATE:"`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v; want mention of %s", err, want)
