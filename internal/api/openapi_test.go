@@ -640,8 +640,18 @@ func TestServiceEndpoints(t *testing.T) {
 		t.Fatalf("GET /api/node with a user's key: %d %v %s", code, err, b)
 	}
 	if n.Name != "test-node" || n.Version != app.Version() || n.Database != s.App.Repo().Engine() ||
-		n.DataDir != s.Cfg.Data || n.StorePath != filepath.Join(s.Cfg.Data, "store") || n.UptimeSeconds < 0 || n.Uptime == "" {
-		t.Errorf("GET /api/node: %+v", n)
+		n.DataDir != "" || n.StorePath != "" || n.UptimeSeconds < 0 || n.Uptime == "" {
+		t.Errorf("GET /api/node with a user's key (no paths): %+v", n)
+	}
+	// An Administrator also sees the paths on the server.
+	if err := s.App.Access().GrantApp(ctx, "nobody", access.Administrator); err != nil {
+		t.Fatal(err)
+	}
+	code, _, b = get("/api/node", key)
+	n = api.NodeStatus{}
+	if err := json.Unmarshal(b, &n); code != http.StatusOK || err != nil ||
+		n.DataDir != s.Cfg.Data || n.StorePath != filepath.Join(s.Cfg.Data, "store") {
+		t.Fatalf("GET /api/node as an Administrator: %d %v %+v", code, err, n)
 	}
 	if fi, err := os.Stat(n.StorePath); err != nil || !fi.IsDir() {
 		t.Errorf("store path %s: %v", n.StorePath, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/receive"
 )
@@ -34,8 +35,8 @@ type NodeStatus struct {
 	UptimeSeconds int64  `json:"uptimeSeconds" minimum:"0"`
 	Uptime        string `json:"uptime" doc:"The uptime for people, e.g. 26h3m4s."`
 	Database      string `json:"database" enum:"sqlite,postgres" doc:"The metadata database engine."`
-	DataDir       string `json:"dataDir" doc:"The data directory on the node."`
-	StorePath     string `json:"storePath" doc:"Where the node keeps stream files."`
+	DataDir       string `json:"dataDir,omitempty" doc:"The data directory on the node (shown to Administrators only)."`
+	StorePath     string `json:"storePath,omitempty" doc:"Where the node keeps stream files (shown to Administrators only)."`
 }
 
 type versionOutput struct{ Body ServiceVersion }
@@ -62,16 +63,21 @@ func (s *server) registerService() {
 
 	huma.Register(s.api, secured(huma.Operation{
 		OperationID: "get-node", Method: http.MethodGet, Path: "/node", Tags: []string{"Service"},
-		Summary: "Node status", Description: "The node that answered: name, build, uptime and storage. Any valid key may call it.",
-	}), func(context.Context, *struct{}) (*nodeOutput, error) {
+		Summary: "Node status", Description: "The node that answered: name, build, uptime and storage. Any valid key may call it; the paths on the server are shown to Administrators only.",
+	}), func(ctx context.Context, _ *struct{}) (*nodeOutput, error) {
 		up := time.Since(started)
-		return &nodeOutput{Body: NodeStatus{
+		out := &nodeOutput{Body: NodeStatus{
 			Name: s.Node, Version: s.Version, GoVersion: runtime.Version(),
 			Started: attr.FormatTime(started), UptimeSeconds: int64(up.Seconds()), Uptime: up.Truncate(time.Second).String(),
-			Database: s.Repo.Engine(), DataDir: s.DataDir,
+			Database: s.Repo.Engine(),
+		}}
+		// Paths on the server are an operator's business, not every key's.
+		if p := caller(ctx); p != nil && p.Has(access.Administrator) {
+			out.Body.DataDir = s.DataDir
 			// The store's root as the app opens it (app.OpenStorage).
-			StorePath: filepath.Join(s.DataDir, "store"),
-		}}, nil
+			out.Body.StorePath = filepath.Join(s.DataDir, "store")
+		}
+		return out, nil
 	})
 
 	addDatafeed(s.api.OpenAPI(), s.BasePath)

@@ -461,6 +461,12 @@ func (s *server) visibleStream(ctx context.Context, id int64, level access.Level
 		return st, s.internal("get stream", err)
 	}
 	if err := requireFeed(ctx, st.Feed, level); err != nil {
+		if p := caller(ctx); p == nil || p.FeedLevel(st.Feed) < access.View {
+			// A caller who may not see the feed is not told its name:
+			// any key could otherwise learn every stream's feed by
+			// walking the ids.
+			return st, huma.Error403Forbidden(fmt.Sprintf("this needs %s permission on the feed of stream %d", level, id))
+		}
 		return st, err
 	}
 	return st, nil

@@ -1225,8 +1225,8 @@ type NodeStatus struct {
 	// Example: https://example.com/schemas/NodeStatus.json
 	Schema *string `json:"$schema,omitempty"`
 
-	// DataDir The data directory on the node.
-	DataDir string `json:"dataDir"`
+	// DataDir The data directory on the node (shown to Administrators only).
+	DataDir *string `json:"dataDir,omitempty"`
 
 	// Database The metadata database engine.
 	Database  NodeStatusDatabase `json:"database"`
@@ -1238,8 +1238,8 @@ type NodeStatus struct {
 	// Started When this node's API started, UTC, yyyy-MM-ddTHH:mm:ss.SSSZ.
 	Started time.Time `json:"started"`
 
-	// StorePath Where the node keeps stream files.
-	StorePath string `json:"storePath"`
+	// StorePath Where the node keeps stream files (shown to Administrators only).
+	StorePath *string `json:"storePath,omitempty"`
 
 	// Uptime The uptime for people, e.g. 26h3m4s.
 	Uptime        string `json:"uptime"`
@@ -2526,7 +2526,7 @@ type ClientInterface interface {
 
 	// GetNode Node status
 	//
-	// The node that answered: name, build, uptime and storage. Any valid key may call it.
+	// The node that answered: name, build, uptime and storage. Any valid key may call it; the paths on the server are shown to Administrators only.
 	//
 	// Corresponds with GET /node (the `GetNode` operationId).
 	GetNode(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3463,7 +3463,7 @@ func (c *Client) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) 
 
 // GetNode Node status
 //
-// The node that answered: name, build, uptime and storage. Any valid key may call it.
+// The node that answered: name, build, uptime and storage. Any valid key may call it; the paths on the server are shown to Administrators only.
 //
 // Corresponds with GET /node (the `GetNode` operationId).
 func (c *Client) GetNode(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7152,7 +7152,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetNodeWithResponse Node status
 	//
-	// The node that answered: name, build, uptime and storage. Any valid key may call it.
+	// The node that answered: name, build, uptime and storage. Any valid key may call it; the paths on the server are shown to Administrators only.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -13242,7 +13242,7 @@ func (c *ClientWithResponses) GetMetricsWithResponse(ctx context.Context, reqEdi
 
 // GetNodeWithResponse Node status
 //
-// The node that answered: name, build, uptime and storage. Any valid key may call it.
+// The node that answered: name, build, uptime and storage. Any valid key may call it; the paths on the server are shown to Administrators only.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -191,7 +191,12 @@ func TestAPIPermissions(t *testing.T) {
 	}
 	a, b := fmt.Sprint(ids["FEED-A"]), fmt.Sprint(ids["FEED-B"])
 	alice.do("GET", "/streams/"+a, "").want(t, "alice get own stream", 200, nil)
-	alice.do("GET", "/streams/"+b, "").want(t, "alice get bob's stream", 403, nil)
+	// Refused without naming the feed: walking ids must not list them.
+	r := alice.do("GET", "/streams/"+b, "")
+	r.want(t, "alice get bob's stream", 403, nil)
+	if strings.Contains(string(r.body), "FEED-B") {
+		t.Errorf("the refusal names the feed alice may not see: %s", r.body)
+	}
 	alice.do("GET", "/streams/999999", "").want(t, "missing stream", 404, nil)
 
 	// Data: needs Data - View and VIEW on the feed; the bytes are exact.
