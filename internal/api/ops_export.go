@@ -132,20 +132,16 @@ func (s *opsAPI) registerExports() {
 		Summary: "Download a stream as a zip",
 		Description: "The stream in the Stroom zip format, as an export of just this stream would write it, at once. " +
 			"Needs Data - Export and VIEW on the stream's feed.",
-		Errors: []int{http.StatusNotFound},
+		Errors: []int{http.StatusNotFound, http.StatusConflict},
 		Responses: map[string]*huma.Response{"200": {Description: "The zip",
 			Content: binaryContent("application/zip")}},
 	}), func(ctx context.Context, in *streamZipInput) (*huma.StreamResponse, error) {
 		if err := require(ctx, access.DataExport); err != nil {
 			return nil, err
 		}
-		st, err := s.visibleStream(ctx, in.ID, access.View)
+		st, r, err := s.openVisible(ctx, in.ID)
 		if err != nil {
 			return nil, err
-		}
-		r, err := s.Store.Open(ctx, st.ID)
-		if err != nil {
-			return nil, huma.Error404NotFound(fmt.Sprintf("stream %d cannot be read: %v", st.ID, err))
 		}
 		resp, err := s.download(ctx, func(hc huma.Context) {
 			defer r.Close()

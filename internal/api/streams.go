@@ -254,6 +254,13 @@ func (s *server) openReadable(ctx context.Context, id int64) (meta.Stream, *stor
 	if err := require(ctx, access.DataView); err != nil {
 		return meta.Stream{}, nil, err
 	}
+	return s.openVisible(ctx, id)
+}
+
+// openVisible opens a stream the caller may see (VIEW on its feed) for
+// reading: 409 while it is written or once it is deleted, as every way
+// of reading a stream answers.
+func (s *server) openVisible(ctx context.Context, id int64) (meta.Stream, *store.Reader, error) {
 	st, err := s.visibleStream(ctx, id, access.View)
 	if err != nil {
 		return st, nil, err

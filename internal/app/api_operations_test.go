@@ -524,6 +524,11 @@ func TestAPIOperationsPermissions(t *testing.T) {
 	if got := s.Read(ir.Streams[0], streamfile.Data, 0); string(got) != "imported" {
 		t.Fatalf("imported data %q", got)
 	}
+
+	// A deleted stream's zip is 409, as its data and text are.
+	gone := fmt.Sprintf("/streams/%d", ir.Streams[0])
+	admin.do("DELETE", gone, "").want(t, "delete the imported stream", 200, nil)
+	exporter.raw("GET", gone+"/zip", nil, "").want(t, "zip of a deleted stream", 409, nil)
 }
 
 // TestAPIImportFailures: a bad zip, or one a post would be refused for,
