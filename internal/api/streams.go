@@ -312,6 +312,15 @@ func (s *server) streamData(ctx context.Context, in *dataInput) (*huma.StreamRes
 		}
 		sections = append(sections, sec)
 	}
+	if len(sections) == 0 && in.Child != "" {
+		// As the text view answers: a child that is not there is 404,
+		// not an empty 200 a client could take for an empty child.
+		r.Close()
+		if in.Part > 0 {
+			return nil, huma.Error404NotFound(fmt.Sprintf("part %d of stream %d has no %s", in.Part, st.ID, in.Child))
+		}
+		return nil, huma.Error404NotFound(fmt.Sprintf("no part of stream %d has %s", st.ID, in.Child))
+	}
 	all := newConcat(sections)
 
 	// The selection is [offset, offset+length); a Range header picks

@@ -425,6 +425,8 @@ func TestAPIStreamsRanges(t *testing.T) {
 		}
 	}
 	sxProblemOf(t, sxGet(t, admin, zpath+"/data?part=3"), "part 3", 404)
+	// A child a part does not have is 404, as in the text view, not an empty 200.
+	sxProblemOf(t, sxGet(t, admin, zpath+"/data?child=Context&part=2"), "part 2 of stream", 404)
 }
 
 func TestAPIStreamsText(t *testing.T) {
