@@ -414,7 +414,7 @@ func (s *server) storeFeed(ctx context.Context, f feed.Feed, version int64) (*fe
 }
 
 // patchFeed applies change to the feed at version (0: whatever version it
-// is at) and stores the result. Without a version, a concurrent change
+// is at) and stores the result, unless it changes nothing. Without a version, a concurrent change
 // between reading and writing makes it read again and re-apply change, so
 // that nothing the other writer did is overwritten.
 func (s *server) patchFeed(ctx context.Context, name string, version int64, change func(feed.Feed) feed.Feed) (*feedOutput, error) {
@@ -430,7 +430,13 @@ func (s *server) patchFeed(ctx context.Context, name string, version int64, chan
 			}
 			want = version
 		}
-		out, err := s.storeFeed(ctx, change(cur), want)
+		next := change(cur)
+		if next == cur {
+			// Nothing changes: no write, and no new version that would
+			// make other writers' reads stale (409) for nothing.
+			return &feedOutput{Body: cur}, nil
+		}
+		out, err := s.storeFeed(ctx, next, want)
 		if version == 0 && attempt < patchAttempts && isStatus(err, http.StatusConflict) {
 			continue
 		}

@@ -339,8 +339,14 @@ func TestAPIFeedUpdates(t *testing.T) {
 		// An empty patch changes nothing but still counts as an update.
 		before = after
 		editor.admPatch("/feeds/FEED-A", `{}`).want(t, "empty PATCH", 200, &after)
-		if after.withoutChange(before) != before {
+		// Not even the version moves: a change of nothing must not make
+		// other writers' reads stale.
+		if after != before {
 			t.Fatalf("empty PATCH changed %+v to %+v", before, after)
+		}
+		editor.admPatch("/feeds/FEED-A", fmt.Sprintf(`{"status":%q}`, after.Status)).want(t, "PATCH to the same status", 200, &after)
+		if after != before {
+			t.Fatalf("PATCH to the same status changed %+v to %+v", before, after)
 		}
 
 		// With a version: only at that version.
