@@ -334,7 +334,9 @@ func TestDatafeedZipFeeds(t *testing.T) {
 			{"rejecting_feed", zipOf(t, "1.dat", big, "2.meta", "Feed:REJECTING", "2.dat", "x"), []string{"Feed", testFeed}, 110, `part "2"`},
 			{"unknown_feed", zipOf(t, "1.dat", big, "2.meta", "Feed:NO-SUCH-FEED", "2.dat", "x"), []string{"Feed", testFeed}, 110, "NO-SUCH-FEED"},
 			{"bad_type", zipOf(t, "1.dat", big, "2.meta", "Type:Bogus", "2.dat", "x"), []string{"Feed", testFeed}, 102, "Bogus"},
-			{"no_feed_header", zipOf(t, "1.meta", "Feed:"+testFeed, "1.dat", big, "2.meta", "Feed:REJECTING", "2.dat", "x"), nil, 110, "REJECTING"},
+			{"no_feed_header", zipOf(t, "1.meta", "Feed:"+testFeed, "1.dat", big, "2.meta", "Feed:REJECTING", "2.dat", "x"), nil, 110, "[Feed: REJECTING, "},
+			// The refused part names no feed: neither does the message (not part 1's).
+			{"no_feed_anywhere", zipOf(t, "1.meta", "Feed:"+testFeed, "1.dat", big, "2.dat", "x"), nil, 100, "Feed must be specified [Compression: ZIP] - "},
 		} {
 			post(t, s, tc.body, append([]string{"Compression", "ZIP"}, tc.hdr...)...).fails(t, 406, tc.status, tc.msg)
 			nothingStored(t, s)

@@ -149,9 +149,10 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 				}
 				continue
 			}
-			if p.feed == "" {
-				p.feed, p.typ = d.feed, d.typ
-			}
+			// The refusal is about this part: its message names this
+			// part's feed and type (none, when it names no feed), not
+			// those of an earlier part.
+			p.feed, p.typ, p.feedKnown = d.feed, d.typ, d.known
 			return "", err
 		}
 		if d.drop {
