@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strconv"
 	"strings"
 )
 
@@ -416,14 +415,15 @@ const purgeChunk = 250
 // sqlitePurgeSQL deletes n DELETED streams by id. NOT INDEXED keeps SQLite
 // on rowid lookups for the ids: otherwise it may walk every DELETED entry of
 // streams_status_ms instead, which after a backlog is most of the table.
+// Its parameters are nameless (status, then the ids), as valueRows says why.
 func sqlitePurgeSQL(n int) string {
 	var b strings.Builder
-	b.WriteString(`DELETE FROM streams NOT INDEXED WHERE status = $1 AND id IN (`)
+	b.WriteString(`DELETE FROM streams NOT INDEXED WHERE status = ? AND id IN (`)
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("$" + strconv.Itoa(i+2))
+		b.WriteByte('?')
 	}
 	b.WriteByte(')')
 	return b.String()
