@@ -81,6 +81,16 @@ func (e *accessEnv) principal(key string) (*access.Principal, string) {
 }
 
 func TestAccessCLI(t *testing.T) {
+	onEngines(t, func(t *testing.T, e *accessEnv, repo *meta.Repo) {
+		e.svc = access.New(repo, 0, nil)
+		testAccessCLI(t, e)
+	})
+}
+
+// onEngines runs fn in parallel subtests on SQLite and on PostgreSQL
+// (skipped without WEIR_TEST_POSTGRES_DSN), each with a fresh data
+// directory and its repository open.
+func onEngines(t *testing.T, fn func(t *testing.T, e *accessEnv, repo *meta.Repo)) {
 	for _, engine := range []string{"sqlite", "postgres"} {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
@@ -93,8 +103,7 @@ func TestAccessCLI(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = repo.Close() })
-			e.svc = access.New(repo, 0, nil)
-			testAccessCLI(t, e)
+			fn(t, e, repo)
 		})
 	}
 }

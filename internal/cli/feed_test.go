@@ -1,12 +1,10 @@
 package cli
 
 import (
-	"context"
 	"strings"
 	"testing"
 
 	"github.com/weirhq/weir/internal/meta"
-	"github.com/weirhq/weir/internal/meta/metatest"
 )
 
 // TestFeedCLI: feed create and update refuse an encoding the data viewer
@@ -14,21 +12,7 @@ import (
 // administrator's tool, may take a name that an earlier feed's streams
 // still carry, saying so.
 func TestFeedCLI(t *testing.T) {
-	for _, engine := range []string{"sqlite", "postgres"} {
-		t.Run(engine, func(t *testing.T) {
-			t.Parallel()
-			e := &accessEnv{t: t, data: t.TempDir()}
-			if engine == "postgres" {
-				e.dsn = metatest.PostgresDSN(t) // skips without WEIR_TEST_POSTGRES_DSN
-			}
-			repo, err := meta.Open(context.Background(), e.dsn, e.data, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = repo.Close() })
-			testFeedCLI(t, e, repo)
-		})
-	}
+	onEngines(t, testFeedCLI)
 }
 
 func testFeedCLI(t *testing.T, e *accessEnv, repo *meta.Repo) {
