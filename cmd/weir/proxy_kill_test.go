@@ -710,7 +710,11 @@ func verifyPxSample(t *testing.T, e *weirEnv, pool *pxPool, ds []pxDelivery) {
 // pxProxyConfig is the proxy's config file: no sender authentication, no
 // feed checks downstream (RECEIVE_ALL: these tests prove storage and
 // forwarding), quick aggregation and short retries.
-func pxProxyConfig(forwardURL string, maxItems int, maxBytes string, threads int) string {
+func pxProxyConfig(forwardURL string, maxItems int, maxBytes string, threads int, destination ...string) string {
+	var extra strings.Builder
+	for _, line := range destination {
+		extra.WriteString("    " + line + "\n")
+	}
 	return fmt.Sprintf(`receive:
   authenticationRequired: false
   receiptCheckMode: RECEIVE_ALL
@@ -725,7 +729,7 @@ forwardHttpDestinations:
       forwardThreadCount: %d
       retryDelay: 200ms
       maxRetryDelay: 1s
-`, maxItems, maxBytes, forwardURL, threads)
+%s`, maxItems, maxBytes, forwardURL, threads, extra.String())
 }
 
 // killAndRestart kills the proxy (after cutting its disk's power, if it
@@ -769,10 +773,15 @@ func proxyCrashDuringReceipt(t *testing.T, powerCut bool) {
 	testStart := time.Now()
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 
-	mainEnv := newEnv(t)
+	// The main service trusts the proxy (it sends with a data feed key of
+	// account 2000), so it recognises an aggregate sent again after a
+	// crash by its GUID: no aggregate may be stored twice.
+	mainEnv := newEnvConfig(t, "receive:\n  authenticationRequired: true\n"+
+		"  trustedForwarders: [\"DATA_FEED_KEY:data-feed-identity-2000\"]\n")
 	mainEnv.mustAdmin("feed", "create", pxFeed)
+	key := strings.TrimSpace(mainEnv.mustAdmin("datafeed-key", "create", "--account", "2000"))
 	srv := mainEnv.startServer()
-	px := newPxProxy(t, pxProxyConfig(srv.url+"/datafeed", 200, "16MiB", 5))
+	px := newPxProxy(t, pxProxyConfig(srv.url+"/datafeed", 200, "16MiB", 5, "dataFeedKey: "+key, `dataFeedKeyOwner: "2000"`))
 	crash := "killed"
 	if powerCut {
 		px.disk = newPowerDisk(t)
@@ -840,6 +849,11 @@ func proxyCrashDuringReceipt(t *testing.T, powerCut bool) {
 		"%d aggregate(s) sent more than once (%d resends); %d cut-off post(s) delivered all the same; test took %s",
 		load.tried.Load(), st.receipts, load.sent.Load()>>20, load.cutOff.Load(), cycles, drained.Round(time.Millisecond),
 		st.parts, st.units, st.dupReceipts, st.extraCopies, st.dupAggregates, st.resends, st.unacknowledged, time.Since(testStart).Round(time.Millisecond))
+	t.Logf("the main service recognised %d aggregate(s) sent again", strings.Count(srv.logs.String(), `"outcome":"duplicate"`))
+	if st.resends != 0 {
+		t.Errorf("the main service stored %d aggregate(s) more than once (%d extra copies): it trusts the proxy, so an aggregate sent again "+
+			"(same GUID) must be answered with the first copy's receipt id, not stored again", st.dupAggregates, st.resends)
+	}
 
 	if code := px.srv.terminate(); code != 0 {
 		t.Errorf("weir proxy exited with %d after SIGTERM, want 0", code)

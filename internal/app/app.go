@@ -212,9 +212,10 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 	host := receivedPathHost(os.Getenv, os.Hostname, node)
 	ro := receive.Options{
 		Config: cfg.Receive, Feeds: meta.NewFeedCache(a.repo, cfg.Receive.FeedCacheTTL.D()), Store: a.store, IDs: ids, Host: host, TempDir: tmp,
-		Auth: a.sec.chain, CertAttributes: a.sec.certs.Attributes,
+		Auth: a.sec.chain, CertAttributes: a.sec.certs.Attributes, Forwarded: a.repo,
 		Log: log.With("log", "receive"), Metrics: receive.NewMetrics(a.registry),
 	}
+	a.pruneForwardedPosts(log)
 	mux := http.NewServeMux()
 	metrics := promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry})
 	if pcfg != nil {
@@ -340,6 +341,38 @@ func (a *App) ready(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, _ = io.WriteString(w, "ready\n")
+}
+
+// forwardedPostsKept is how long a post a trusted forwarder sent is
+// remembered (receive.Options.Forwarded): well past the 7 days a proxy
+// retries a send by default.
+const forwardedPostsKept = 30 * 24 * time.Hour
+
+// pruneForwardedPosts forgets, hourly (and at start), the forwarded posts
+// older than forwardedPostsKept, until storage closes.
+func (a *App) pruneForwardedPosts(log *slog.Logger) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Hour)
+		defer t.Stop()
+		for {
+			n, err := a.repo.PruneForwardedPosts(ctx, time.Now().Add(-forwardedPostsKept).UnixMilli())
+			switch {
+			case err != nil && ctx.Err() == nil:
+				log.Warn("cannot forget old forwarded posts; trying again in an hour", "err", err)
+			case n > 0:
+				log.Info("forgot forwarded posts older than 30 days", "count", n)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	a.closers = append(a.closers, func() { cancel(); <-done })
 }
 
 func freeBytes(dir string) (uint64, error) {

@@ -65,6 +65,7 @@ func runSuite(t *testing.T, ec engineCase) {
 		{"LockedStreams", testLockedStreams},
 		{"ApplyPacked", testApplyPacked},
 		{"HopReceipts", testHopReceipts},
+		{"ForwardedPosts", testForwardedPosts},
 		{"ConcurrentApply", testConcurrentApply},
 		{"Reopen", testReopen},
 		{"ConcurrentOpen", testConcurrentOpen},
@@ -599,6 +600,59 @@ func testApplyPacked(t *testing.T, loc location) {
 	check(dup)
 	if got, _ := r.GetStream(ctx, locked.ID); got.Status != Unlocked {
 		t.Errorf("the stream unlocked with the packed batch is %s", got.Status)
+	}
+}
+
+// testForwardedPosts: a post a trusted forwarder sent with a GUID is
+// recorded with the receipt id its streams got (once, however many
+// streams), found by forwarder and GUID only, kept at its first receipt id
+// when stored twice, and pruned by age.
+func testForwardedPosts(t *testing.T, loc location) {
+	ctx := t.Context()
+	r := openRepo(t, loc)
+	k := ForwardKey{Sender: "TOKEN:proxy-1", GUID: "g-1"}
+	a := newStream("F", "node-a", "main-1")
+	a.Pack, a.PackOffset, a.Forward = "packs/0", 0, k
+	b := newStream("G", "node-a", "main-1") // the same post, another feed
+	b.Pack, b.PackOffset, b.Forward = "packs/0", 100, k
+	c := newStream("F", "node-a", "main-2") // no key: not recorded
+	c.Pack, c.PackOffset = "packs/0", 200
+	locked := newStream("F", "node-a", "main-3")
+	apply(t, r, &Batch{Create: []*Stream{locked}})
+	locked.Forward = ForwardKey{Sender: "TOKEN:proxy-1", GUID: "g-big"}
+	apply(t, r, &Batch{Packed: []*Stream{a, b, c}, Unlock: []*Stream{locked}})
+
+	lookup := func(k ForwardKey) string {
+		t.Helper()
+		rid, ok, err := r.ForwardedReceipt(ctx, k)
+		if err != nil || ok != (rid != "") {
+			t.Fatalf("ForwardedReceipt(%v) = %q %v %v", k, rid, ok, err)
+		}
+		return rid
+	}
+	for k, want := range map[ForwardKey]string{
+		k: "main-1", {Sender: "TOKEN:proxy-1", GUID: "g-big"}: "main-3",
+		{Sender: "TOKEN:proxy-2", GUID: "g-1"}: "", {Sender: "TOKEN:proxy-1", GUID: "g-2"}: "",
+	} {
+		if got := lookup(k); got != want {
+			t.Errorf("ForwardedReceipt(%v) = %q, want %q", k, got, want)
+		}
+	}
+	// Stored again (two sends that overlapped): the first receipt id stays.
+	d := newStream("F", "node-a", "main-4")
+	d.Pack, d.PackOffset, d.Forward = "packs/0", 300, k
+	apply(t, r, &Batch{Packed: []*Stream{d}})
+	if got := lookup(k); got != "main-1" {
+		t.Errorf("after a second copy: %q, want main-1", got)
+	}
+	if n, err := r.PruneForwardedPosts(ctx, nowMs()-60_000); err != nil || n != 0 {
+		t.Fatalf("prune of nothing old: %d %v", n, err)
+	}
+	if n, err := r.PruneForwardedPosts(ctx, nowMs()+1); err != nil || n != 2 {
+		t.Fatalf("prune of everything: %d %v", n, err)
+	}
+	if got := lookup(k); got != "" {
+		t.Errorf("after pruning: %q", got)
 	}
 }
 

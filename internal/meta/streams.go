@@ -43,6 +43,19 @@ type Stream struct {
 	// Receipt Id finds the stream by any of them. Apply records them with
 	// Packed and Unlock streams; they are not read back with the stream.
 	HopReceiptIDs []string
+	// Forward names the post this stream came in, when a trusted forwarder
+	// sent it with a GUID: Apply records it (with the stream's receipt id)
+	// in forwarded_posts, so that the same post sent again is recognised.
+	// Not read back with the stream.
+	Forward ForwardKey
+}
+
+// ForwardKey names a post a trusted forwarder (a proxy) sent: the
+// forwarder's identity and the post's GUID, which a proxy keeps for every
+// attempt to send an aggregate.
+type ForwardKey struct {
+	Sender string
+	GUID   string
 }
 
 // IsReferenceType reports whether streams of a type hold reference data,
@@ -192,6 +205,9 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 		if err := r.insertHopReceipts(ctx, tx, b, packedIDs, unlockIDs); err != nil {
 			return err
 		}
+		if err := r.insertForwardKeys(ctx, tx, b); err != nil {
+			return err
+		}
 		if len(b.Delete) > 0 {
 			stmt, err := r.txStmt(ctx, tx, `DELETE FROM streams WHERE id = $1`)
 			if err != nil {
@@ -330,6 +346,67 @@ func (r *Repo) insertPacked(ctx context.Context, tx *sql.Tx, ss []*Stream, attrs
 		start += n
 	}
 	return nil
+}
+
+// insertForwardKeys records the Forward keys of b's Packed and Unlock
+// streams with their receipt ids, each key once. A key already there (the
+// same post stored twice, by two sends that overlapped) keeps its first
+// receipt id.
+func (r *Repo) insertForwardKeys(ctx context.Context, tx *sql.Tx, b *Batch) error {
+	seen := map[ForwardKey]bool{}
+	now := nowMs()
+	for _, ss := range [][]*Stream{b.Packed, b.Unlock} {
+		for _, s := range ss {
+			if s.Forward.GUID == "" || seen[s.Forward] {
+				continue
+			}
+			seen[s.Forward] = true
+			if _, err := tx.ExecContext(ctx, `INSERT INTO forwarded_posts (sender, guid, receipt_id, create_ms)
+				VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, s.Forward.Sender, s.Forward.GUID, s.ReceiptID, now); err != nil {
+				return fmt.Errorf("record forwarded post %q of %q: %w", s.Forward.GUID, s.Forward.Sender, err)
+			}
+		}
+	}
+	return nil
+}
+
+// ForwardedReceipt is the receipt id given to the post k names, if it is
+// stored (ok false otherwise).
+func (r *Repo) ForwardedReceipt(ctx context.Context, k ForwardKey) (receiptID string, ok bool, err error) {
+	err = r.db.QueryRowContext(ctx, `SELECT receipt_id FROM forwarded_posts WHERE sender = $1 AND guid = $2`,
+		k.Sender, k.GUID).Scan(&receiptID)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("look up forwarded post %q of %q: %w", k.GUID, k.Sender, err)
+	}
+	return receiptID, true, nil
+}
+
+// PruneForwardedPosts forgets forwarded posts recorded before beforeMs, a
+// batch of rows at a time, and says how many it removed.
+func (r *Repo) PruneForwardedPosts(ctx context.Context, beforeMs int64) (int64, error) {
+	var total int64
+	for {
+		var n int64
+		err := r.withTx(ctx, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, `DELETE FROM forwarded_posts WHERE (sender, guid) IN
+				(SELECT sender, guid FROM forwarded_posts WHERE create_ms < $1 LIMIT 1000)`, beforeMs)
+			if err != nil {
+				return err
+			}
+			n, err = res.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return total, fmt.Errorf("prune forwarded posts: %w", err)
+		}
+		total += n
+		if n < 1000 {
+			return total, nil
+		}
+	}
 }
 
 // maxHopReceipts bounds the earlier hops' receipt ids recorded for one

@@ -206,6 +206,7 @@ func (p *post) effectiveMs(a *attr.Map) int64 {
 func (p *post) storeSingle(raw *bodyReader, src io.Reader, decoding bool) (outcome, error) {
 	ctx := p.r.Context()
 	post := p.h.opt.Store.Begin()
+	post.SetForward(p.forward)
 	committed := false
 	defer func() {
 		if !committed {

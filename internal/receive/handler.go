@@ -29,6 +29,12 @@ import (
 	"github.com/weirhq/weir/internal/store"
 )
 
+// Forwarded finds the receipt id of a post a trusted forwarder sent
+// before (see meta.Stream.Forward).
+type Forwarded interface {
+	ForwardedReceipt(ctx context.Context, k meta.ForwardKey) (receiptID string, ok bool, err error)
+}
+
 // Feeds is what the handler needs to know about feeds.
 type Feeds interface {
 	GetFeed(ctx context.Context, name string) (feed.Feed, error)
@@ -71,6 +77,10 @@ type Options struct {
 	// Stored, if set, is called after a post's streams are committed,
 	// with the bytes they take in the store.
 	Stored func(fileBytes int64)
+	// Forwarded, if set, recognises a post a trusted forwarder sends again
+	// (same GUID): it is answered with the receipt id of the copy already
+	// stored, and not stored twice.
+	Forwarded Forwarded
 	// LogMetaKeys are attributes each receive-log line carries.
 	LogMetaKeys []string
 	IDs         *receipt.Generator
@@ -154,6 +164,9 @@ const (
 	outcomeDropped  outcome = "dropped"
 	outcomeRejected outcome = "rejected" // the sender must change something (4xx statuses)
 	outcomeError    outcome = "error"    // failed here; the sender may retry
+	// duplicate: a trusted forwarder sent a post it had sent before (its
+	// answer was lost); answered with the first copy's receipt id.
+	outcomeDuplicate outcome = "duplicate"
 )
 
 // post is the state of one request.
@@ -171,9 +184,11 @@ type post struct {
 	rawBytes    int64
 	storedBytes int64
 	streams     []int64
-	flagged     string         // undeclared compression detected: "gzip" or "zip"
-	identity    *auth.Identity // the authenticated sender
-	downstream  string         // the downstream's receipt id, when relayed
+	flagged     string          // undeclared compression detected: "gzip" or "zip"
+	identity    *auth.Identity  // the authenticated sender
+	downstream  string          // the downstream's receipt id, when relayed
+	forward     meta.ForwardKey // set when a trusted forwarder sent the post with a GUID
+	duplicateOf string          // the receipt id of the copy stored before, for a post sent again
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -194,6 +209,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e, msg, int(h.cfg.RetryAfter.D().Seconds()))
 		p.log(out, e, msg, now)
 		return
+	}
+	if p.duplicateOf != "" {
+		id = p.duplicateOf
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
@@ -306,6 +324,9 @@ func (p *post) run() (outcome, error) {
 	if h.opt.Relay != nil {
 		return p.relay(compression, contentEncoding)
 	}
+	if dup, err := p.sentBefore(); err != nil || dup {
+		return outcomeDuplicate, err
+	}
 	return p.receiveBody(compression, contentEncoding, deferFeedCheck)
 }
 
@@ -371,6 +392,31 @@ const (
 func (p *post) trustedForwarder() bool {
 	return p.identity != nil && p.h.trusted[string(p.identity.Type)+":"+p.identity.SubjectID] &&
 		!strings.EqualFold(p.r.Header.Get(RelayHeader), RelayInstant)
+}
+
+// sentBefore tells whether a trusted forwarder (a proxy) sends, again, a
+// post stored before: the same GUID from the same forwarder, which a proxy
+// keeps for every attempt to send an aggregate. Such a post is answered
+// with the first copy's receipt id and not stored twice: the proxy lost
+// the answer (it was killed, or the connection was cut after the commit)
+// and would otherwise deliver the aggregate twice. Other senders' GUIDs
+// are theirs to reuse, so only trusted forwarders' count.
+func (p *post) sentBefore() (bool, error) {
+	guid := strings.TrimSpace(p.r.Header.Get("GUID"))
+	if p.h.opt.Forwarded == nil || guid == "" || !p.trustedForwarder() {
+		return false, nil
+	}
+	k := meta.ForwardKey{Sender: string(p.identity.Type) + ":" + p.identity.SubjectID, GUID: guid}
+	rid, ok, err := p.h.opt.Forwarded.ForwardedReceipt(p.r.Context(), k)
+	if err != nil {
+		return false, wrap(Unavailable, err, "cannot tell whether this post was received before")
+	}
+	if ok {
+		p.duplicateOf = rid
+		return true, nil
+	}
+	p.forward = k
+	return false, nil
 }
 
 // decision is the result of the receipt checks for one feed and type.
@@ -688,6 +734,9 @@ func (p *post) log(out outcome, e *Error, msg string, start time.Time) {
 	}
 	if p.downstream != "" {
 		args = append(args, slog.String("downstreamReceiptId", p.downstream))
+	}
+	if p.duplicateOf != "" {
+		args = append(args, slog.String("duplicateOf", p.duplicateOf))
 	}
 	if keys := p.h.opt.LogMetaKeys; len(keys) > 0 && p.attrs != nil {
 		meta := make([]any, 0, len(keys))

@@ -110,6 +110,7 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 	}
 
 	post := h.opt.Store.Begin()
+	post.SetForward(p.forward)
 	committed := false
 	defer func() {
 		if !committed {

@@ -230,7 +230,13 @@ type Post struct {
 	writers []*Writer
 	held    int // bytes of the post's finished streams held in memory
 	hopIDs  int // earlier hops' receipt ids recorded across its streams
+	forward meta.ForwardKey
 }
+
+// SetForward names the post as one a trusted forwarder sent (see
+// meta.Stream.Forward): its commit records it, so that the same post sent
+// again is recognised. Call it before Commit.
+func (p *Post) SetForward(k meta.ForwardKey) { p.forward = k }
 
 // MaxHopReceiptIDs bounds the earlier hops' receipt ids one post records
 // across all its streams (distinct per stream): a sender controls the
@@ -529,6 +535,7 @@ func (p *Post) Commit(ctx context.Context) ([]meta.Stream, error) {
 			p.Abort()
 			return nil, err
 		}
+		w.row.Forward = p.forward
 		if w.packed() {
 			req.pack = append(req.pack, packItem{row: w.row, data: w.buf.Bytes()})
 			continue
