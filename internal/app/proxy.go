@@ -153,7 +153,7 @@ func (a *App) startProxy(ctx context.Context, cfg config.Proxy, id string, ro *r
 	mux.Handle("GET /metrics", metrics)
 
 	if instant != nil {
-		ro.Relay = proxy.NewInstant(instant)
+		ro.Relay = proxy.NewInstant(instant, cfg.Receive.X509CertificateDnHeader)
 		log.Info("proxy forwards instantly: each post is relayed during its request and nothing is stored",
 			"destination", instant.Name(), "url", instant.Target())
 		return nil

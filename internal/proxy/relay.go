@@ -57,10 +57,24 @@ func outcomeOf(r Result) Outcome {
 // the whole path.
 type Instant struct {
 	dest *HTTPDestination
+	// hopOnly are attributes that describe the sender's connection to this
+	// hop, never sent on (lower case): a certificate provider's headers.
+	hopOnly map[string]bool
 }
 
-// NewInstant builds the relay for an instant destination.
-func NewInstant(d *HTTPDestination) *Instant { return &Instant{dest: d} }
+// NewInstant builds the relay for an instant destination. dnHeader is
+// receive.x509CertificateDnHeader: like X-SSL-Client-V-End it is a claim a
+// certificate provider makes about the connection to this hop, which this
+// hop believed or ignored; relayed as a header, a downstream that trusts
+// this proxy as a provider would take a sender's forged one as its own
+// provider's.
+func NewInstant(d *HTTPDestination, dnHeader string) *Instant {
+	in := &Instant{dest: d, hopOnly: map[string]bool{asciiLower("X-SSL-Client-V-End"): true}}
+	if dnHeader != "" {
+		in.hopOnly[asciiLower(dnHeader)] = true
+	}
+	return in
+}
 
 // Relay implements receive.Relay.
 func (in *Instant) Relay(ctx context.Context, attrs *attr.Map, compression, contentEncoding string, body io.Reader) (string, error) {
@@ -72,6 +86,11 @@ func (in *Instant) Relay(ctx context.Context, attrs *attr.Map, compression, cont
 	// This hop's ReceiptId and ReceiptIdPath go too, so that the next hop
 	// appends to the path instead of starting one.
 	h := s.headers(attrs, compression, true)
+	for k := range h {
+		if in.hopOnly[asciiLower(k)] {
+			delete(h, k)
+		}
+	}
 	if contentEncoding != "" {
 		h.Set("Content-Encoding", contentEncoding)
 	}

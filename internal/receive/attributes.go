@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/weirhq/weir/internal/attr"
+	"github.com/weirhq/weir/internal/auth"
 )
 
 // notAttributes are request headers that never become stream attributes:
@@ -66,6 +67,32 @@ func ReservedAttribute(name string) string {
 		return "weir sets " + name + " itself"
 	}
 	return ""
+}
+
+// applyIdentity is auth.Apply, leaving out the identity's attributes (a
+// data feed key's, from the database or an identity file) that weir sets
+// itself or never stores: a key stored before such names were refused, or
+// written in a file, must not overwrite this hop's receipt id or store a
+// credential.
+func applyIdentity(attrs *attr.Map, id *auth.Identity) {
+	if id.Attributes != nil {
+		var clean *attr.Map
+		for k := range id.Attributes.All() {
+			if ReservedAttribute(k) == "" {
+				continue
+			}
+			if clean == nil {
+				clean = id.Attributes.Clone()
+			}
+			clean.Delete(k)
+		}
+		if clean != nil {
+			c := *id
+			c.Attributes = clean
+			id = &c
+		}
+	}
+	auth.Apply(attrs, id)
 }
 
 // knownNames restores the conventional spelling of attribute names that

@@ -343,7 +343,7 @@ func (p *post) authenticate() error {
 			return err
 		}
 	}
-	auth.Apply(p.attrs, id)
+	applyIdentity(p.attrs, id)
 	p.identity = id
 	return nil
 }
@@ -375,7 +375,7 @@ func (p *post) protect(a *attr.Map) {
 			a.Delete(k)
 		}
 	}
-	auth.Apply(a, p.identity)
+	applyIdentity(a, p.identity)
 }
 
 // RelayHeader, with the value RelayInstant, marks a post a proxy relays

@@ -89,7 +89,7 @@ func (p *post) ingest(ctx context.Context, z ZipImport) (outcome, error) {
 	if id == nil {
 		id = &auth.Identity{SubjectID: auth.Unauthenticated, DisplayName: auth.Unauthenticated}
 	}
-	auth.Apply(p.attrs, id)
+	applyIdentity(p.attrs, id)
 	p.identity = id
 	p.feed = p.attrs.Value("Feed")
 
