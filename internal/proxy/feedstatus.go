@@ -59,7 +59,7 @@ type FeedStatusOptions struct {
 // attributes are sent but do not take part in the key. A cached answer
 // younger than CacheTTL is used as is; an older acceptance is used at once
 // while one background request refreshes it, and an older refusal or drop
-// waits for the refreshed answer. When the downstream cannot answer,
+// waits for the refreshed answer (up to a second, then it is used). When the downstream cannot answer,
 // the configured fallback applies and is cached for min(CacheTTL, 10s); a
 // refresh that fails keeps the stale answer for as long.
 //
@@ -197,9 +197,20 @@ func (c *FeedStatusClient) FeedStatus(ctx context.Context, feedName string, attr
 	} else {
 		c.mu.Unlock()
 	}
+	var staleAfter <-chan time.Time
+	if stale != nil {
+		// A downstream that does not answer promptly is not waited for
+		// again and again (each post for Timeout, every fallbackTTL while
+		// it hangs): the stale answer stands, and the request goes on.
+		t := time.NewTimer(min(c.o.Timeout, staleWait))
+		defer t.Stop()
+		staleAfter = t.C
+	}
 	select {
 	case <-cl.done:
 		return cl.ans, nil
+	case <-staleAfter:
+		return *stale, nil
 	case <-ctx.Done():
 		// The sender is gone or out of time; the request goes on and its
 		// answer is cached for the next post.
@@ -209,6 +220,10 @@ func (c *FeedStatusClient) FeedStatus(ctx context.Context, feedName string, attr
 		return c.fallback(feedName, "the check was abandoned: "+ctx.Err().Error()), nil
 	}
 }
+
+// staleWait is how long a post waits for the fresh answer that is to
+// replace a stale refusal before the stale one is used.
+const staleWait = time.Second
 
 // beginLocked registers a request for key; c.mu is held and c is not closed.
 func (c *FeedStatusClient) beginLocked(key statusKey) *statusCall {

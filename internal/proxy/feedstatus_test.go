@@ -506,6 +506,35 @@ func TestFeedStatusStaleRefusalWaitsForFreshAnswer(t *testing.T) {
 	}
 }
 
+// TestFeedStatusStaleRefusalDuringOutage: while the downstream does not
+// answer, a stale refusal is used after a short wait for the fresh answer,
+// not after the whole request timeout (each post would wait that long,
+// again and again while the downstream hangs; found by a review). The
+// timeout here is 30 s, the wait a second: the bound leaves room for a
+// slow machine.
+func TestFeedStatusStaleRefusalDuringOutage(t *testing.T) {
+	srv := newFSServer(t)
+	srv.answer(http.StatusOK, `{"status":"Reject"}`)
+	clock := newFSClock()
+	c := newTestFeedStatusClient(t, srv.URL, clock, func(o *FeedStatusOptions) { o.Timeout = 30 * time.Second })
+	if ans := fsStatus(t, c, "A", nil); ans.Status != feed.Reject {
+		t.Fatalf("got %+v", ans)
+	}
+	_, release := srv.hold() // the downstream stops answering
+	defer release()
+	for round := range 2 {
+		clock.Advance(61 * time.Second)
+		start := time.Now()
+		ans := fsStatus(t, c, "A", nil)
+		if ans.Status != feed.Reject || ans.Fallback {
+			t.Fatalf("round %d: got %+v, want the stale Reject", round, ans)
+		}
+		if d := time.Since(start); d > 15*time.Second {
+			t.Errorf("round %d: the post waited %s (the request timeout is 30 s)", round, d.Round(time.Millisecond))
+		}
+	}
+}
+
 func TestFeedStatusFallbackCachedBriefly(t *testing.T) {
 	srv := newFSServer(t)
 	srv.answer(http.StatusInternalServerError, "")
