@@ -430,8 +430,15 @@ func boundErrorValues(_ huma.Context, _ string, v any) (any, error) {
 	if !ok {
 		return v, nil
 	}
+	// A message may quote what was sent too (a path, a name): bounded as
+	// well, more loosely, since weir's own words can be long.
+	em.Detail = cutEcho(em.Detail, maxEchoedMessage)
 	for _, d := range em.Errors {
-		if d == nil || d.Value == nil {
+		if d == nil {
+			continue
+		}
+		d.Message = cutEcho(d.Message, maxEchoedMessage)
+		if d.Value == nil {
 			continue
 		}
 		str, isString := d.Value.(string)
@@ -442,14 +449,25 @@ func boundErrorValues(_ huma.Context, _ string, v any) (any, error) {
 			}
 			str = string(b)
 		}
-		if len(str) <= maxEchoedValue {
-			continue
+		if len(str) > maxEchoedValue {
+			d.Value = cutEcho(str, maxEchoedValue)
 		}
-		cut := maxEchoedValue
-		for cut > 0 && !utf8.RuneStart(str[cut]) {
-			cut--
-		}
-		d.Value = fmt.Sprintf("%s... (cut: the first %d of %d bytes)", str[:cut], cut, len(str))
 	}
 	return v, nil
+}
+
+// maxEchoedMessage bounds an error's detail and messages (see
+// boundErrorValues).
+const maxEchoedMessage = 4096
+
+// cutEcho cuts s after max bytes, on a character boundary, and says so.
+func cutEcho(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (cut: the first %d of %d bytes)", s[:cut], cut, len(s))
 }

@@ -71,6 +71,18 @@ func TestAPIErrorsAreProblems(t *testing.T) {
 		raw.Errors[0].Value != strings.Repeat("é", 128)+"... (cut: the first 256 of 20000 bytes)" {
 		t.Fatalf("echoed value: %v %+v", err, raw)
 	}
+	// A message that quotes the value is bounded too (the encoding check
+	// quotes the name), and so is a 404's detail, which names the path.
+	r = admin.do("POST", "/feeds", `{"name":"LONG-ENC-FEED","encoding":"`+strings.Repeat("x", 1_000_000)+`"}`)
+	r.admWantProblem(t, "long encoding", 422, "encoding")
+	if len(r.body) > 16<<10 {
+		t.Errorf("a 422 for a 1 MB encoding name is %d bytes", len(r.body))
+	}
+	r = admin.do("GET", "/"+strings.Repeat("p", 60_000), "")
+	r.admWantProblem(t, "long unknown path", 404)
+	if len(r.body) > 16<<10 {
+		t.Errorf("a 404 for a 60 KB path is %d bytes", len(r.body))
+	}
 	// A short value is echoed as it was.
 	r = admin.do("POST", "/feeds", `{"name":"SHORT-FEED","streamType":"Nonsense"}`)
 	if err := json.Unmarshal(r.body, &raw); err != nil || r.status != http.StatusUnprocessableEntity || raw.Errors[0].Value != "Nonsense" {
