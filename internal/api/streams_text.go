@@ -325,7 +325,9 @@ func readTextRange(ctx context.Context, ra io.ReaderAt, start, size int64, cs ch
 	tr := textRange{text: string(out), chars: got}
 	switch {
 	case reached:
-		tr.total, tr.exact = seen, true
+		// Every character was decoded: those past the range too, when the
+		// last read brought them with the end.
+		tr.total, tr.exact = max(seen, decoded), true
 	case dec.consumed > 0:
 		// An estimate from the characters per byte decoded so far, as the
 		// reference system's viewer gives: exact only once read to the end.
