@@ -155,7 +155,7 @@ func proxyTool(tool string, args []string, stdout, stderr io.Writer) error {
 		if all == (len(ids) > 0) {
 			return usagef("proxy replay takes either --all or aggregate ids")
 		}
-		if err := knownDestination(ctx, repo, dest); err != nil {
+		if err := knownDestination(ctx, repo, dest, configuredDestinations(cfg)); err != nil {
 			return err
 		}
 		n, err := repo.ReplayForwards(ctx, dest, ids, time.Now().UnixMilli())
@@ -167,10 +167,27 @@ func proxyTool(tool string, args []string, stdout, stderr io.Writer) error {
 	}
 }
 
-// knownDestination fails when the repository holds nothing at all for
-// dest, so that a mistyped name is not answered with "0 failed items"
-// as if there were simply nothing to replay.
-func knownDestination(ctx context.Context, repo *meta.Repo, dest string) error {
+// configuredDestinations names the destinations of a loaded configuration.
+func configuredDestinations(cfg config.Proxy) []string {
+	var names []string
+	for _, h := range cfg.ForwardHTTPDestinations {
+		names = append(names, h.Name)
+	}
+	for _, f := range cfg.ForwardFileDestinations {
+		names = append(names, f.Name)
+	}
+	return names
+}
+
+// knownDestination fails when dest is neither configured nor holds
+// anything in the repository, so that a mistyped name is not answered
+// with "0 failed items" as if there were simply nothing to replay (and a
+// configured destination with an empty queue is not an error: a replay
+// run by cron finds nothing to do).
+func knownDestination(ctx context.Context, repo *meta.Repo, dest string, configured []string) error {
+	if slices.Contains(configured, dest) {
+		return nil
+	}
 	sums, err := repo.SummariseForwards(ctx)
 	if err != nil {
 		return err
