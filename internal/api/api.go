@@ -392,7 +392,7 @@ func documentCommonErrors(oapi *huma.OpenAPI, op *huma.Operation) {
 			Content: map[string]*huma.MediaType{contentType: {Schema: schema}}}
 	}
 	add(http.StatusRequestHeaderFieldsTooLarge, "the request line and headers are over receive.maxHeaderBytes.", nil)
-	add(http.StatusServiceUnavailable, "more than api.maxConcurrentRequests API calls are running; retry after Retry-After seconds.",
+	add(http.StatusServiceUnavailable, "more than api.maxConcurrentRequests API calls are running (or, for a download of a stream or an export, api.maxConcurrentDownloads downloads are being sent); retry after Retry-After seconds.",
 		map[string]*huma.Param{"Retry-After": {Description: "Seconds to wait before retrying.", Schema: &huma.Schema{Type: huma.TypeInteger}}})
 	if op.RequestBody == nil {
 		return
