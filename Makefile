@@ -13,12 +13,12 @@ build:
 
 # Every test, on SQLite and (when WEIR_TEST_POSTGRES_DSN is set) PostgreSQL.
 test:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
 
 # The black-box and process suites again with PostgreSQL as the metadata database.
 # -short skips only the multi-GiB post tests, which do not touch the database and ran in `make test`.
 test-postgres:
-	WEIR_TEST_DB=postgres WEIR_TEST_POSTGRES_DSN='$(PG_DSN)' $(GO) test -race -short -count=1 ./internal/app/... ./cmd/weir/... ./internal/store/... ./internal/meta/...
+	WEIR_TEST_DB=postgres WEIR_TEST_POSTGRES_DSN='$(PG_DSN)' $(GO) test -race -short -count=1 -timeout 30m ./internal/app/... ./cmd/weir/... ./internal/store/... ./internal/meta/...
 
 check:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
