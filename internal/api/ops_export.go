@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -37,11 +40,12 @@ type exportRequest struct {
 
 // ExportResult is an export operation's result.
 type ExportResult struct {
-	FileSize int64  `json:"fileSize" doc:"Bytes of the zip"`
-	Streams  int    `json:"streams" doc:"Streams exported"`
-	Parts    int    `json:"parts" doc:"Parts exported: one group of entries each"`
-	Skipped  int    `json:"skipped" doc:"Selected streams that were not exported: deleted, missing or not visible"`
-	Download string `json:"download" doc:"Where to download the zip (its owner and Administrators)"`
+	FileSize int64    `json:"fileSize" doc:"Bytes of the zip"`
+	Streams  int      `json:"streams" doc:"Streams exported"`
+	Parts    int      `json:"parts" doc:"Parts exported: one group of entries each"`
+	Skipped  int      `json:"skipped" doc:"Selected streams that were not exported: deleted, missing or not visible"`
+	Download string   `json:"download" doc:"Where to download the zip (its owner and Administrators)"`
+	Feeds    []string `json:"feeds" doc:"The feeds whose streams the zip holds, sorted: its owner needs VIEW on each of them still to download it"`
 }
 
 type exportInput struct {
@@ -88,7 +92,8 @@ func (s *opsAPI) registerExports() {
 	huma.Register(s.api, secured(huma.Operation{
 		OperationID: "download-export", Method: http.MethodGet, Path: "/operations/{id}/download", Tags: []string{"Operations"},
 		Summary: "Download an export",
-		Description: "The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export, " +
+		Description: "The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export " +
+			"and VIEW on every feed whose streams it holds (403 otherwise), " +
 			"and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict},
 		Responses: map[string]*huma.Response{"200": {Description: "The zip",
@@ -106,6 +111,9 @@ func (s *opsAPI) registerExports() {
 		}
 		if op.State != meta.OpSucceeded {
 			return nil, huma.Error409Conflict(fmt.Sprintf("export %s is %s; its zip can be downloaded once it has SUCCEEDED", op.ID, op.State))
+		}
+		if err := mayStillView(caller(ctx), op); err != nil {
+			return nil, err
 		}
 		f, err := os.Open(s.exportFile(op.ID))
 		if errors.Is(err, os.ErrNotExist) {
@@ -202,6 +210,7 @@ func (s *opsAPI) runExport(ctx context.Context, run *operations.Run) (any, error
 	bw := bufio.NewWriterSize(tmp, 256<<10)
 	zw := stroomzip.NewWriter(bw)
 	streams := 0
+	feeds := map[string]bool{}
 	for i, id := range ids {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -215,6 +224,7 @@ func (s *opsAPI) runExport(ctx context.Context, run *operations.Run) (any, error
 		if err != nil {
 			return nil, s.opError(ctx, run, fmt.Sprintf("read stream %d", id), err)
 		}
+		feeds[r.Stream.Feed] = true
 		_, err = writeStreamParts(ctx, zw, r)
 		r.Close()
 		if err != nil {
@@ -246,8 +256,58 @@ func (s *opsAPI) runExport(ctx context.Context, run *operations.Run) (any, error
 	if err := syncDir(s.exportDir()); err != nil {
 		return nil, s.opError(ctx, run, "write the export file", err)
 	}
+	exported := slices.Sorted(maps.Keys(feeds))
+	if exported == nil {
+		exported = []string{} // none, as opposed to unknown (an older result)
+	}
 	return ExportResult{FileSize: fi.Size(), Streams: streams, Parts: zw.Parts(), Skipped: skipped,
-		Download: s.operationLink(run.Op.ID) + "/download"}, nil
+		Download: s.operationLink(run.Op.ID) + "/download", Feeds: exported}, nil
+}
+
+// mayStillView refuses the download of an export whose caller no longer
+// holds VIEW on every feed whose streams it holds: the zip is a copy of
+// data, and losing VIEW on a feed must stop its owner reading that feed's
+// streams in any form, not only through the streams endpoints.
+func mayStillView(p *access.Principal, op meta.Operation) error {
+	all, held := p.Feeds(access.View)
+	if all {
+		return nil
+	}
+	anyFeed, feeds, err := exportedFeeds(op)
+	if err != nil {
+		return err
+	}
+	if anyFeed {
+		return huma.Error403Forbidden(fmt.Sprintf("export %s may hold streams of any feed: only an Administrator may download it now", op.ID))
+	}
+	for _, f := range feeds {
+		if _, ok := slices.BinarySearch(held, f); !ok {
+			// Like every 403, this one names no feed.
+			return huma.Error403Forbidden(fmt.Sprintf("export %s holds streams of a feed you no longer hold VIEW on", op.ID))
+		}
+	}
+	return nil
+}
+
+// exportedFeeds lists the feeds whose streams an export's zip may hold:
+// those its result records, or, for an export recorded before results
+// listed them, the feeds its owner could view when submitting it (a
+// superset; anyFeed when that was every feed).
+func exportedFeeds(op meta.Operation) (anyFeed bool, feeds []string, err error) {
+	var res struct {
+		Feeds *[]string `json:"feeds"`
+	}
+	if err := json.Unmarshal([]byte(op.Result), &res); err != nil {
+		return false, nil, fmt.Errorf("read the result of export %s: %w", op.ID, err)
+	}
+	if res.Feeds != nil {
+		return false, *res.Feeds, nil
+	}
+	var req exportRequest
+	if err := json.Unmarshal([]byte(op.Request), &req); err != nil {
+		return false, nil, fmt.Errorf("read the request of export %s: %w", op.ID, err)
+	}
+	return req.AllFeeds, req.Feeds, nil
 }
 
 // exportSelection lists the ids of the streams an export selects, narrowed

@@ -3,6 +3,7 @@ package app_test
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,11 +41,12 @@ type operation struct {
 }
 
 type exportResult struct {
-	FileSize int64  `json:"fileSize"`
-	Streams  int    `json:"streams"`
-	Parts    int    `json:"parts"`
-	Skipped  int    `json:"skipped"`
-	Download string `json:"download"`
+	FileSize int64     `json:"fileSize"`
+	Streams  int       `json:"streams"`
+	Parts    int       `json:"parts"`
+	Skipped  int       `json:"skipped"`
+	Download string    `json:"download"`
+	Feeds    *[]string `json:"feeds"`
 }
 
 type importResult struct {
@@ -480,6 +482,31 @@ func TestAPIOperationsPermissions(t *testing.T) {
 	if adl := admin.raw("GET", loc+"/download", nil, ""); adl.status != 200 || !bytes.Equal(adl.body, dl.body) {
 		t.Fatalf("administrator downloads another's export: %d, %d bytes, want the owner's %d", adl.status, len(adl.body), len(dl.body))
 	}
+	// An owner who loses VIEW on a feed the zip holds may not download it
+	// any more (the zip is a copy of that feed's data); an export of no
+	// feed's streams stays theirs, and VIEW given back restores the first.
+	if res.Feeds == nil || len(*res.Feeds) != 0 {
+		t.Fatalf("an empty export lists feeds %v, want none", res.Feeds)
+	}
+	var first exportResult
+	succeeded(t, exporter, loc, &first)
+	if first.Feeds == nil || !slices.Equal(*first.Feeds, []string{"FEED-A"}) {
+		t.Fatalf("export lists feeds %v, want FEED-A", first.Feeds)
+	}
+	if err := s.App.Access().SetFeedLevel(context.Background(), "exporter", "FEED-A", access.Use); err != nil {
+		t.Fatal(err)
+	}
+	revoked := exporter.raw("GET", loc+"/download", nil, "")
+	revoked.want(t, "download after VIEW on its feed was taken away", 403, nil)
+	if bytes.Contains(revoked.body, []byte("FEED-A")) {
+		t.Errorf("the 403 names the feed: %s", revoked.body)
+	}
+	exporter.raw("GET", loc2+"/download", nil, "").want(t, "download of an export of no feed's streams", 200, nil)
+	admin.raw("GET", loc+"/download", nil, "").want(t, "administrator downloads it still", 200, nil)
+	if err := s.App.Access().SetFeedLevel(context.Background(), "exporter", "FEED-A", access.View); err != nil {
+		t.Fatal(err)
+	}
+	exporter.raw("GET", loc+"/download", nil, "").want(t, "download with VIEW given back", 200, nil)
 
 	var list struct {
 		Operations []operation `json:"operations"`
