@@ -11,6 +11,7 @@ package streamquery
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -492,6 +493,17 @@ func (t *term) values(v string) *Error {
 			return &Error{Msg: fmt.Sprintf("IN takes at most %d values", MaxListValues)}
 		}
 	default:
+		if v == "" && t.f.kind != kindAttr {
+			// A stream's own fields never hold an empty value, so the term
+			// would match nothing (or, with CONTAINS, everything): a term
+			// left blank by mistake. An attribute may be present and
+			// empty, and such a term asks for that.
+			msg := fmt.Sprintf("%s takes a value", t.c)
+			if slices.Contains(conditionsFor(t.f), IsNull) {
+				msg += fmt.Sprintf("; to find streams without %s use IS_NULL", t.f.name)
+			}
+			return &Error{Msg: msg}
+		}
 		raw = []string{v}
 	}
 

@@ -96,6 +96,8 @@ func TestParseErrors(t *testing.T) {
 		{"long in", term_("Id", "IN", longIn), "value", "at most"},
 		{"long value", term_("Feed", "EQUALS", strings.Repeat("x", MaxValueBytes+1)), "value", "longer than"},
 		{"null with value", term_("attribute:x", "IS_NULL", "y"), "value", "takes no value"},
+		{"blank feed", term_("Feed", "EQUALS", ""), "value", "EQUALS takes a value"},
+		{"blank receipt id", term_("Receipt Id", "CONTAINS", ""), "value", "CONTAINS takes a value; to find streams without Receipt Id use IS_NULL"},
 		{"nested path", op("AND", term_("Id", "EQUALS", "1"), op("OR", term_("Feed", "EQUALS", "A"), term_("Type", "BETWEEN", "x"))),
 			"children[1].children[1].condition", "BETWEEN is not a condition of field Type"},
 		{"disabled still validated", `{"type":"operator","enabled":false,"children":[` + term_("Nope", "EQUALS", "1") + `]}`,
