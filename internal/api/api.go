@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -113,7 +114,7 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 	s := &server{Deps: d, slots: make(chan struct{}, max(d.Config.API.MaxConcurrentRequests, 1)),
 		downloads: make(chan struct{}, max(d.Config.API.MaxConcurrentDownloads, 1))}
 	s.api = humago.NewWithPrefix(mux, "/api", cfg)
-	s.api.UseMiddleware(s.headerLimit, s.limit, s.authenticate)
+	s.api.UseMiddleware(s.headerLimit, s.refuseJSONPatch, s.limit, s.authenticate)
 	s.registerAccount()
 	s.registerFeeds()
 	s.registerFeedStatus()
@@ -147,6 +148,22 @@ func (s *server) headerLimit(ctx huma.Context, next func(huma.Context)) {
 		_ = huma.WriteErr(s.api, ctx, http.StatusRequestHeaderFieldsTooLarge,
 			fmt.Sprintf("the request line and headers take about %d bytes, more than receive.maxHeaderBytes (%s)", n, s.Config.Receive.MaxHeaderBytes))
 		return
+	}
+	next(ctx)
+}
+
+// refuseJSONPatch answers 415 to a body sent as a JSON Patch (RFC 6902),
+// which huma would otherwise decode as JSON like any +json type and refuse
+// with a 422 about the schema that does not say what was wrong: weir's
+// PATCH operations take a merge patch (RFC 7396).
+func (s *server) refuseJSONPatch(ctx huma.Context, next func(huma.Context)) {
+	if op := ctx.Operation(); op != nil && op.RequestBody != nil {
+		if mt, _, err := mime.ParseMediaType(ctx.Header("Content-Type")); err == nil && mt == "application/json-patch+json" {
+			_ = huma.WriteErr(s.api, ctx, http.StatusUnsupportedMediaType,
+				"the body is a JSON Patch (application/json-patch+json), which weir does not take: send JSON "+
+					"(application/json), for PATCH a merge patch (application/merge-patch+json) naming the fields to change")
+			return
+		}
 	}
 	next(ctx)
 }
@@ -414,7 +431,7 @@ func documentCommonErrors(oapi *huma.OpenAPI, op *huma.Operation) {
 	// such as application/merge-patch+json), and a body sent without a
 	// Content-Type as the operation's own.
 	add(http.StatusUnsupportedMediaType, "the body's Content-Type is not JSON: application/json or a +json type such as "+
-		"application/merge-patch+json.", nil)
+		"application/merge-patch+json (but not a JSON Patch, application/json-patch+json).", nil)
 }
 
 // maxEchoedValue bounds a string that an error detail echoes back (huma

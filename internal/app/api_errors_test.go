@@ -161,6 +161,7 @@ func TestAPICommonErrorsDocumented(t *testing.T) {
 				{400, "application/json", `{} {}`},
 				{400, "application/json", strings.Repeat("[", 10_001) + strings.Repeat("]", 10_001)},
 				{415, "text/plain", `{}`},
+				{415, "application/json-patch+json", `[{"op":"replace","path":"/description","value":"x"}]`},
 				{413, "application/json", `"` + strings.Repeat("x", 9<<20) + `"`},
 			} {
 				r := admin.admSend(method, url, tc.contentType, tc.body)
