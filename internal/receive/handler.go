@@ -428,11 +428,10 @@ func (p *post) trustedForwarder() bool {
 // failed; release is never nil.
 func (p *post) sentBefore() (dup bool, release func(), err error) {
 	release = func() {}
-	if p.h.opt.Forwarded == nil || !p.trustedForwarder() {
-		return false, release, nil
-	}
+	// The GUID first: trustedForwarder builds a key, which most posts
+	// (none from a proxy) need not pay for.
 	guid := strings.TrimSpace(p.r.Header.Get("GUID"))
-	if guid == "" {
+	if p.h.opt.Forwarded == nil || guid == "" || !p.trustedForwarder() {
 		return false, release, nil
 	}
 	k := meta.ForwardKey{Sender: string(p.identity.Type) + ":" + p.identity.SubjectID, GUID: forwardGUID(guid)}
