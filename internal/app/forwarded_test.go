@@ -1,10 +1,20 @@
 package app_test
 
 import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/internal/app/apptest"
 	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/feed"
 )
 
 // TestForwardedPostSentAgain: a post a trusted forwarder (a proxy) sends
@@ -47,5 +57,167 @@ func TestForwardedPostSentAgain(t *testing.T) {
 	}
 	if n := len(s.Streams()); n != 4 {
 		t.Errorf("%d streams, want 4", n)
+	}
+}
+
+// TestForwardedPostSentTwiceAtOnce: a trusted forwarder that sends a post
+// again while its first send is still being received (it timed out
+// waiting for the answer and resent) gets the first copy's receipt id:
+// the second send waits for the first to finish instead of storing the
+// post a second time.
+func TestForwardedPostSentTwiceAtOnce(t *testing.T) {
+	t.Parallel()
+	s := start(t, func(c *config.Config) {
+		c.Receive.AuthenticationRequired = true
+		c.Receive.TrustedForwarders = []string{"DATA_FEED_KEY:data-feed-identity-2000"}
+	})
+	key, _ := dbDataFeedKey(t, s, "2000", time.Now().Add(time.Hour))
+	body := zipOf(t, "0000000001.meta", "Feed:"+testFeed+"\nAccountId:1000\n", "0000000001.dat", "an aggregated post\n")
+	type answer struct {
+		code int
+		body string
+		err  error
+	}
+	// do posts from its own goroutine (t.Fatal may not be called there).
+	do := func(body io.Reader) <-chan answer {
+		out := make(chan answer, 1)
+		go func() {
+			req, err := http.NewRequest(http.MethodPost, s.URL+"/datafeed", body)
+			if err != nil {
+				out <- answer{err: err}
+				return
+			}
+			for k, v := range map[string]string{"Compression": "ZIP", "Feed": testFeed, "GUID": "aggregate-1",
+				"Authorization": "Bearer " + key, "AccountId": "2000", "User-Agent": userAgent} {
+				req.Header.Set(k, v)
+			}
+			res, err := client.Do(req)
+			if err != nil {
+				out <- answer{err: err}
+				return
+			}
+			defer res.Body.Close()
+			b, err := io.ReadAll(res.Body)
+			out <- answer{code: res.StatusCode, body: strings.TrimSpace(string(b)), err: err}
+		}()
+		return out
+	}
+
+	// The first send: its headers and half its body, then nothing until
+	// the second send has been answered or is seen waiting.
+	pr, pw := io.Pipe()
+	first := do(pr)
+	if _, err := pw.Write(body[:len(body)/2]); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, s, "weir_receive_inflight", 1)
+	second := do(bytes.NewReader(body))
+	var a2 answer
+	answered := false
+	apptest.WaitFor(t, "the second send answered or waiting", func() bool {
+		select {
+		case a2 = <-second:
+			answered = true
+			return true
+		default:
+		}
+		return strings.Contains(s.Logs.String(), "waiting for its earlier send to finish")
+	})
+	if _, err := pw.Write(body[len(body)/2:]); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	a1 := <-first
+	if !answered {
+		a2 = <-second
+	}
+	for i, a := range []answer{a1, a2} {
+		if a.err != nil || a.code != http.StatusOK {
+			t.Fatalf("send %d: %d %q %v", i+1, a.code, a.body, a.err)
+		}
+	}
+	if a2.body != a1.body {
+		t.Errorf("the send that overlapped got receipt %s, want the first's %s", a2.body, a1.body)
+	}
+	if n := len(s.Streams()); n != 1 {
+		t.Errorf("%d streams after two overlapping sends of one aggregate, want 1", n)
+	}
+	if l := receiveLog(t, s, "duplicateOf", a1.body); l.str("outcome") != "duplicate" {
+		t.Errorf("receive log of the second send: %v", l)
+	}
+}
+
+// TestForwardedPostSentAgainAfterFeedRejects: a resend is answered as the
+// first send was even when the feed has since been set to REJECT: the
+// copy is stored, and a refusal (permanent, to a proxy) would send a
+// delivered aggregate to the proxy's failure area.
+func TestForwardedPostSentAgainAfterFeedRejects(t *testing.T) {
+	t.Parallel()
+	s := start(t, func(c *config.Config) {
+		c.Receive.AuthenticationRequired = true
+		c.Receive.TrustedForwarders = []string{"DATA_FEED_KEY:data-feed-identity-2000"}
+	})
+	key, _ := dbDataFeedKey(t, s, "2000", time.Now().Add(time.Hour))
+	body := zipOf(t, "0000000001.meta", "Feed:"+testFeed+"\nAccountId:1000\n", "0000000001.dat", "an aggregated post\n")
+	send := func() *resp {
+		return post(t, s, body, "Compression", "ZIP", "Feed", testFeed, "GUID", "aggregate-1",
+			"Authorization", "Bearer "+key, "AccountId", "2000")
+	}
+	first := send().ok(t)
+	f, err := s.App.Repo().GetFeed(t.Context(), testFeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Status = feed.Reject
+	if err := s.App.Repo().UpdateFeed(t.Context(), f); err != nil {
+		t.Fatal(err)
+	}
+	if again := send().ok(t); again != first {
+		t.Errorf("sent again: receipt %s, want the first copy's %s", again, first)
+	}
+	if n := len(s.Streams()); n != 1 {
+		t.Errorf("%d streams, want 1", n)
+	}
+}
+
+// TestForwardedPostLongGUID: a trusted forwarder's GUID too long for a
+// database index (PostgreSQL refuses index entries over about 2.7 KB) is
+// recorded by its digest: the post is stored, and recognised when sent
+// again, on both engines.
+func TestForwardedPostLongGUID(t *testing.T) {
+	t.Parallel()
+	s := start(t, func(c *config.Config) {
+		c.Receive.AuthenticationRequired = true
+		c.Receive.TrustedForwarders = []string{"DATA_FEED_KEY:data-feed-identity-2000"}
+	})
+	key, _ := dbDataFeedKey(t, s, "2000", time.Now().Add(time.Hour))
+	body := zipOf(t, "0000000001.meta", "Feed:"+testFeed+"\nAccountId:1000\n", "0000000001.dat", "an aggregated post\n")
+	// Random, so that PostgreSQL's compression of index entries does not
+	// shrink it under the limit.
+	b := make([]byte, 6000)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	guid := base64.StdEncoding.EncodeToString(b)
+	send := func(guid string) string {
+		t.Helper()
+		return post(t, s, body, "Compression", "ZIP", "Feed", testFeed, "GUID", guid,
+			"Authorization", "Bearer "+key, "AccountId", "2000").ok(t)
+	}
+	first := send(guid)
+	if again := send(guid); again != first {
+		t.Errorf("sent again: receipt %s, want the first copy's %s", again, first)
+	}
+	// Another long GUID, and one that looks like the digest the first is
+	// recorded by, are posts of their own.
+	if other := send(guid[:len(guid)-4] + "AAAA"); other == first {
+		t.Errorf("another long GUID got the first receipt id")
+	}
+	sum := sha256.Sum256([]byte(guid))
+	if other := send("sha256:" + hex.EncodeToString(sum[:])); other == first {
+		t.Errorf("a GUID spelling the first one's digest got the first receipt id")
+	}
+	if n := len(s.Streams()); n != 3 {
+		t.Errorf("%d streams, want 3", n)
 	}
 }

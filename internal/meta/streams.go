@@ -81,6 +81,19 @@ type Batch struct {
 	// Packed streams are inserted complete (UNLOCKED), their bytes already
 	// durable in a pack; Apply sets each ID, Status and StatusMs.
 	Packed []*Stream
+	// Forget removes forwarded posts (see Stream.Forward) recorded with
+	// this receipt id, and only with it: those of a post whose commit
+	// failed, which may have committed all the same (the answer to COMMIT
+	// lost), so that a resend is stored again rather than answered with
+	// the receipt id of streams the abort removed.
+	Forget []ForwardedPost
+}
+
+// ForwardedPost is a forwarded post as recorded: its key and the receipt
+// id its streams got.
+type ForwardedPost struct {
+	Key       ForwardKey
+	ReceiptID string
 }
 
 const streamColumns = `id, feed, type, status, create_ms, effective_ms, status_ms, node, receipt_id, parts, raw_size, file_size, attributes, pack, pack_offset`
@@ -207,6 +220,12 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 		}
 		if err := r.insertForwardKeys(ctx, tx, b); err != nil {
 			return err
+		}
+		for _, f := range b.Forget {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM forwarded_posts WHERE sender = $1 AND guid = $2 AND receipt_id = $3`,
+				f.Key.Sender, f.Key.GUID, f.ReceiptID); err != nil {
+				return fmt.Errorf("forget forwarded post %q of %q: %w", f.Key.GUID, f.Key.Sender, err)
+			}
 		}
 		if len(b.Delete) > 0 {
 			stmt, err := r.txStmt(ctx, tx, `DELETE FROM streams WHERE id = $1`)

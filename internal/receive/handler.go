@@ -7,6 +7,8 @@ package receive
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -99,9 +101,17 @@ type Handler struct {
 	types    map[string]string // lower-case type -> configured spelling
 	trusted  map[string]bool   // TYPE:UploadUserId of trusted forwarders
 	slots    chan struct{}
-	decoders decoderPools
-	bufs     sync.Pool // *[]byte copy buffers
-	readers  sync.Pool // *bufio.Reader for peeking at bodies
+	// receiving holds the trusted forwarders' posts (sender and GUID)
+	// being received now, each with a channel closed once it is committed
+	// or has failed: a forwarder that gave up waiting for an answer and
+	// sends the same post again while the first send is still being
+	// stored waits for it (see claimForward), instead of storing the
+	// post twice. Only trusted forwarders' posts with a GUID use it.
+	forwardMu sync.Mutex
+	receiving map[meta.ForwardKey]chan struct{}
+	decoders  decoderPools
+	bufs      sync.Pool // *[]byte copy buffers
+	readers   sync.Pool // *bufio.Reader for peeking at bodies
 }
 
 // New builds a Handler. opt.Config must have passed config.Validate.
@@ -113,12 +123,13 @@ func New(opt Options) *Handler {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
 	h := &Handler{
-		opt:      opt,
-		cfg:      opt.Config,
-		feedName: regexp.MustCompile(opt.Config.FeedNamePattern),
-		types:    make(map[string]string),
-		trusted:  make(map[string]bool),
-		slots:    make(chan struct{}, opt.Config.MaxConcurrentReceipts),
+		opt:       opt,
+		cfg:       opt.Config,
+		feedName:  regexp.MustCompile(opt.Config.FeedNamePattern),
+		types:     make(map[string]string),
+		trusted:   make(map[string]bool),
+		slots:     make(chan struct{}, opt.Config.MaxConcurrentReceipts),
+		receiving: make(map[meta.ForwardKey]chan struct{}),
 	}
 	for _, t := range opt.Config.MetaTypes {
 		h.types[strings.ToLower(t)] = t
@@ -268,6 +279,19 @@ func (p *post) run() (outcome, error) {
 	contentEncoding := strings.ToLower(strings.TrimSpace(p.r.Header.Get("Content-Encoding")))
 	p.feed = p.attrs.Value("Feed")
 
+	// A trusted forwarder's post sent again is answered as the first
+	// copy was, before any check: that copy passed them and is stored,
+	// so a feed set to REJECT since (or a full disk) must not turn the
+	// resend into a refusal, which a proxy would take as final for an
+	// aggregate that was delivered. Relays never count (not trusted).
+	if h.opt.Relay == nil {
+		dup, release, err := p.sentBefore()
+		if err != nil || dup {
+			return outcomeDuplicate, err
+		}
+		defer release()
+	}
+
 	// Checks that can reject a post run before its body is read. A zip
 	// without a Feed header may name its feeds in its meta entries, so its
 	// checks run per part once the entries are known. So do a trusted
@@ -323,9 +347,6 @@ func (p *post) run() (outcome, error) {
 	}
 	if h.opt.Relay != nil {
 		return p.relay(compression, contentEncoding)
-	}
-	if dup, err := p.sentBefore(); err != nil || dup {
-		return outcomeDuplicate, err
 	}
 	return p.receiveBody(compression, contentEncoding, deferFeedCheck)
 }
@@ -401,22 +422,93 @@ func (p *post) trustedForwarder() bool {
 // the answer (it was killed, or the connection was cut after the commit)
 // and would otherwise deliver the aggregate twice. Other senders' GUIDs
 // are theirs to reuse, so only trusted forwarders' count.
-func (p *post) sentBefore() (bool, error) {
+//
+// A post it goes on to store is claimed (see claimForward) until release
+// is called, which the caller does once the post is committed or has
+// failed; release is never nil.
+func (p *post) sentBefore() (dup bool, release func(), err error) {
+	release = func() {}
+	// The GUID first: trustedForwarder builds a key, which most posts
+	// (none from a proxy) need not pay for.
 	guid := strings.TrimSpace(p.r.Header.Get("GUID"))
 	if p.h.opt.Forwarded == nil || guid == "" || !p.trustedForwarder() {
-		return false, nil
+		return false, release, nil
 	}
-	k := meta.ForwardKey{Sender: string(p.identity.Type) + ":" + p.identity.SubjectID, GUID: guid}
+	k := meta.ForwardKey{Sender: string(p.identity.Type) + ":" + p.identity.SubjectID, GUID: forwardGUID(guid)}
+	// Claimed before the look-up, so that a send that finished between
+	// the two is seen: the claim is released only after the commit.
+	if err := p.h.claimForward(p.r.Context(), k, p.receiptID); err != nil {
+		return false, release, err
+	}
+	release = func() { p.h.releaseForward(k) }
 	rid, ok, err := p.h.opt.Forwarded.ForwardedReceipt(p.r.Context(), k)
 	if err != nil {
-		return false, wrap(Unavailable, err, "cannot tell whether this post was received before")
+		release()
+		return false, func() {}, wrap(Unavailable, err, "cannot tell whether this post was received before")
 	}
 	if ok {
+		release()
 		p.duplicateOf = rid
-		return true, nil
+		return true, func() {}, nil
 	}
 	p.forward = k
-	return false, nil
+	return false, release, nil
+}
+
+// maxForwardGUID bounds a GUID recorded as it was sent. PostgreSQL
+// refuses an index entry over about 2.7 KB, so a longer GUID would fail
+// every commit of the post; a weir proxy's are 36 characters.
+const maxForwardGUID = 128
+
+// forwardGUID is the GUID as forwarded_posts records it: as sent, or a
+// digest of a long one (and of one that looks like a digest, so that no
+// GUID sent stands for another).
+func forwardGUID(guid string) string {
+	if len(guid) <= maxForwardGUID && !strings.HasPrefix(guid, "sha256:") {
+		return guid
+	}
+	sum := sha256.Sum256([]byte(guid))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// claimForward marks k as being received by this post. If another post
+// with k is being received (the forwarder sent it again before the first
+// send was answered), it waits until that one is committed or has failed,
+// at most until ctx ends. Several nodes sharing a database each have their
+// own claims: overlapping sends to two of them can both be stored.
+func (h *Handler) claimForward(ctx context.Context, k meta.ForwardKey, receiptID string) error {
+	logged := false
+	for {
+		h.forwardMu.Lock()
+		busy, ok := h.receiving[k]
+		if !ok {
+			h.receiving[k] = make(chan struct{})
+			h.forwardMu.Unlock()
+			return nil
+		}
+		h.forwardMu.Unlock()
+		if !logged {
+			logged = true
+			h.opt.Log.Info("a trusted forwarder sends a post it is still sending: waiting for its earlier send to finish",
+				"receiptId", receiptID, "sender", k.Sender, "guid", k.GUID)
+		}
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return wrap(Unavailable, context.Cause(ctx),
+				"an earlier send of this post (GUID %q) is still being received; send it again later", k.GUID)
+		}
+	}
+}
+
+// releaseForward ends the claim on k and wakes the posts waiting for it.
+func (h *Handler) releaseForward(k meta.ForwardKey) {
+	h.forwardMu.Lock()
+	defer h.forwardMu.Unlock()
+	if c, ok := h.receiving[k]; ok {
+		close(c)
+		delete(h.receiving, k)
+	}
 }
 
 // decision is the result of the receipt checks for one feed and type.

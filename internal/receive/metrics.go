@@ -23,7 +23,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weir_receive_requests_total",
-			Help: "Posts to the datafeed by feed, outcome (received, empty, dropped, rejected, error) and Service-Status code (0 = OK).",
+			Help: "Posts to the datafeed by feed, outcome (received, empty, dropped, rejected, error, duplicate) and Service-Status code (0 = OK).",
 		}, []string{"feed", "outcome", "status"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weir_receive_bytes_total",

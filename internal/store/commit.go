@@ -10,11 +10,12 @@ import (
 
 // request is one post's share of a group commit.
 type request struct {
-	create []*meta.Stream // rows to insert LOCKED (ids are set on return)
-	unlock []*meta.Stream // rows whose files are complete and renamed
-	dirs   []string       // directories whose new entries must be fsynced first
-	delete []int64        // rows of aborted streams
-	pack   []packItem     // small streams to write into the batch's pack and insert complete
+	create []*meta.Stream       // rows to insert LOCKED (ids are set on return)
+	unlock []*meta.Stream       // rows whose files are complete and renamed
+	dirs   []string             // directories whose new entries must be fsynced first
+	delete []int64              // rows of aborted streams
+	forget []meta.ForwardedPost // forwarded posts of a post whose commit failed
+	pack   []packItem           // small streams to write into the batch's pack and insert complete
 	ctx    context.Context
 	done   chan error
 }
@@ -124,6 +125,7 @@ func merge(a, b *staged) *staged {
 	a.batch = append(a.batch, b.batch...)
 	a.b.Create = append(a.b.Create, b.b.Create...)
 	a.b.Delete = append(a.b.Delete, b.b.Delete...)
+	a.b.Forget = append(a.b.Forget, b.b.Forget...)
 	a.b.Unlock = append(a.b.Unlock, b.b.Unlock...)
 	a.b.Packed = append(a.b.Packed, b.b.Packed...)
 	a.writes = append(a.writes, b.writes...)
@@ -180,6 +182,7 @@ func (s *Store) stage(batch []*request) *staged {
 		}
 		st.b.Create = append(st.b.Create, r.create...)
 		st.b.Delete = append(st.b.Delete, r.delete...)
+		st.b.Forget = append(st.b.Forget, r.forget...)
 		st.b.Unlock = append(st.b.Unlock, r.unlock...)
 	}
 	var items []*packItem

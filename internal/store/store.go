@@ -231,6 +231,9 @@ type Post struct {
 	held    int // bytes of the post's finished streams held in memory
 	hopIDs  int // earlier hops' receipt ids recorded across its streams
 	forward meta.ForwardKey
+	// submitted: Commit handed the post's rows to the committer, so a
+	// failure may still have committed them (see meta.Batch.Forget).
+	submitted bool
 }
 
 // SetForward names the post as one a trusted forwarder sent (see
@@ -543,6 +546,7 @@ func (p *Post) Commit(ctx context.Context) ([]meta.Stream, error) {
 		req.unlock = append(req.unlock, w.row)
 		req.dirs = append(req.dirs, filepath.Dir(w.path))
 	}
+	p.submitted = true
 	if err := p.s.submit(ctx, req); err != nil {
 		p.Abort()
 		return nil, fmt.Errorf("commit streams: %w", err)
@@ -564,6 +568,14 @@ func (p *Post) Abort() {
 		return
 	}
 	var ids []int64
+	var forget []meta.ForwardedPost
+	if p.submitted && p.forward.GUID != "" {
+		// The failed commit may have recorded the post as forwarded (the
+		// answer to COMMIT lost) while the rows of its own-file streams
+		// go below and its pack is removed: a resend must then be stored
+		// again, not answered with this post's receipt id.
+		forget = []meta.ForwardedPost{{Key: p.forward, ReceiptID: p.writers[0].row.ReceiptID}}
+	}
 	for _, w := range p.writers {
 		w.releaseBuf()
 		if w.f != nil {
@@ -578,12 +590,15 @@ func (p *Post) Abort() {
 		}
 	}
 	p.writers = nil
-	if len(ids) == 0 {
+	if len(ids) == 0 && len(forget) == 0 {
 		return
 	}
 	// A failed delete leaves LOCKED rows that the next start removes; the
-	// post was never acknowledged, so nothing is lost either way.
-	if err := p.s.submit(context.Background(), &request{delete: ids}); err != nil {
+	// post was never acknowledged, so nothing is lost either way. (After a
+	// commit whose answer was lost, a failed delete leaves UNLOCKED rows
+	// whose files are gone, and their forwarded post, which a resend is
+	// then answered by: that takes two database failures in a row.)
+	if err := p.s.submit(context.Background(), &request{delete: ids, forget: forget}); err != nil {
 		p.s.opt.Logger.Warn("abort: stream rows left for cleanup at next start", "ids", ids, "err", err)
 	}
 }

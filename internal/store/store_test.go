@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -472,4 +473,76 @@ func TestLongFeedNames(t *testing.T) {
 	if cut != 3 {
 		t.Errorf("%d cut names, want 3", cut)
 	}
+}
+
+// lostAnswerRepo commits each batch holding stream rows while lose is set,
+// then reports a failure, as a database whose answer to COMMIT was lost
+// does.
+type lostAnswerRepo struct {
+	*meta.Repo
+	lose atomic.Bool
+}
+
+func (r *lostAnswerRepo) Apply(ctx context.Context, b *meta.Batch) error {
+	if err := r.Repo.Apply(ctx, b); err != nil {
+		return err
+	}
+	if r.lose.Load() && len(b.Unlock)+len(b.Packed) > 0 {
+		return errors.New("injected failure: the answer to COMMIT was lost")
+	}
+	return nil
+}
+
+// TestForwardedPostForgottenWhenCommitFails: a trusted forwarder's post
+// whose commit fails is not remembered as forwarded, even when the
+// transaction did commit (its answer lost): the abort removes the post's
+// own-file streams and its pack, so a resend answered with its receipt id
+// would be lost. A post recorded under another receipt id stays.
+func TestForwardedPostForgottenWhenCommitFails(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		repo := &lostAnswerRepo{Repo: e.repo}
+		s, err := store.Open(ctx, repo, e.codec, store.Options{Root: e.root(), Node: "n1", BlockSize: 4096, PackMax: 8 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		commit := func(k meta.ForwardKey, feed string, size int) error {
+			t.Helper()
+			post := s.Begin()
+			post.SetForward(k)
+			w, err := post.NewStream(ctx, spec(feed))
+			if err != nil {
+				t.Fatal(err)
+			}
+			write(t, w, streamfile.Data, 0, randomBytes(7, size))
+			_, err = post.Commit(ctx)
+			return err
+		}
+		stored := meta.ForwardKey{Sender: "TOKEN:proxy-1", GUID: "stored"}
+		if err := commit(stored, "KEPT", 100); err != nil {
+			t.Fatal(err)
+		}
+		repo.lose.Store(true)
+		for _, c := range []struct {
+			guid string
+			size int
+		}{{"own-file", 64 << 10}, {"packed", 100}} {
+			k := meta.ForwardKey{Sender: "TOKEN:proxy-1", GUID: c.guid}
+			if err := commit(k, "LOST", c.size); err == nil {
+				t.Fatalf("%s: commit succeeded", c.guid)
+			}
+			if rid, ok, err := e.repo.ForwardedReceipt(ctx, k); err != nil || ok {
+				t.Errorf("%s: remembered as forwarded after a failed commit: %q %v %v", c.guid, rid, ok, err)
+			}
+		}
+		// The same key, failing under another receipt id, leaves the
+		// stored post's record alone.
+		if err := commit(stored, "OTHER", 100); err == nil {
+			t.Fatal("commit succeeded")
+		}
+		if rid, ok, err := e.repo.ForwardedReceipt(ctx, stored); err != nil || rid != "r-KEPT" {
+			t.Errorf("the stored post's record: %q %v %v", rid, ok, err)
+		}
+	})
 }
