@@ -378,9 +378,15 @@ func TestSecurityCredentialRequired(t *testing.T) {
 				{"X-SSL-CLIENT-S-DN", "CN=Forged"}, // nor a DN header from anyone who is not a provider
 			} {
 				guid := "required-" + strconv.Itoa(i)
-				r := post(t, s, []byte("data"), append([]string{"Feed", testFeed, "GUID", guid}, hdr...)...)
-				r.fails(t, http.StatusUnauthorized, tc.code, tc.msg...)
+				r := post(t, s, []byte("data"), append([]string{"Feed", testFeed, "GUID", guid, "Type", "Raw Events"}, hdr...)...)
+				// As every other failure does, the answer names the feed
+				// and type the sender gave, and so does the log: an
+				// operator can tell which sender is failing.
+				r.fails(t, http.StatusUnauthorized, tc.code, append(tc.msg, "[Feed: "+testFeed+", Type: Raw Events]")...)
 				rejectedLog(t, s, guid, tc.code)
+				if l := receiveLog(t, s, "guid", guid); l.str("feed") != testFeed || l.str("type") != "Raw Events" {
+					t.Errorf("receive log line %v: want feed %q and type %q", l, testFeed, "Raw Events")
+				}
 			}
 			if tc.types == nil {
 				// A large body does not keep the sender from hearing why.
