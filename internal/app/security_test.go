@@ -545,6 +545,10 @@ func TestSecurityDataFeedKeyDatabase(t *testing.T) {
 			t.Errorf("revoked key says %q, want the unknown-key message %q", got, wrongOwner)
 		}
 		rejectedLog(t, s, "dfk-revoked", 313)
+		// Without the owner the key is looked up by itself: the answer
+		// must not blame the missing header alone, which cannot help.
+		post(t, s, []byte("x"), "Feed", testFeed, "Authorization", "Bearer "+key).
+			fails(t, http.StatusUnauthorized, 313, "Data feed key failed authentication", "revoked")
 	})
 
 	if n := len(s.Streams()); n != 5 {
@@ -877,7 +881,7 @@ func TestSecurityOwnerHeader(t *testing.T) {
 	// A key stored without a lookup (as before weir stored one) is found by
 	// its owner only: the message names the configured header.
 	post(t, s, []byte("x"), "Feed", testFeed, "Authorization", "Bearer "+key, "AccountId", "blue").
-		fails(t, http.StatusUnauthorized, 313, "the data feed key was not found without the 'Tenant' header")
+		fails(t, http.StatusUnauthorized, 313, "the data feed key is unknown or revoked, or needs its owner in the 'Tenant' header")
 	body := "tenant blue"
 	r := post(t, s, []byte(body), "Feed", testFeed, "Authorization", "Bearer "+key, "Tenant", "blue")
 	authenticated(t, s, r, body, identityPrefix+"blue", identityPrefix+"blue", "Feed", testFeed, "Tenant", "blue", "System", "BLUE")

@@ -401,8 +401,11 @@ func (a keyAuthenticator) Authenticate(ctx context.Context, r *auth.Request) (*a
 	id, err := s.authenticate(ctx, key, owner)
 	var f *auth.Failure
 	if owner == "" && errors.As(err, &f) && f.Code == auth.DataFeedKeyFailed && f.Detail == "" && f.Err == nil {
+		// Found by itself the key may also be revoked or unknown: the
+		// answer must not send a sender with a revoked key off to add a
+		// header that cannot help.
 		return nil, auth.Failf(auth.DataFeedKeyFailed,
-			"the data feed key was not found without the '%s' header: send the key's owner in it (keys from identity files and keys created before weir stored a lookup for them need it)", s.ownerHeader)
+			"the data feed key is unknown or revoked, or needs its owner in the '%s' header (keys from identity files and keys created before weir stored a lookup for them need it)", s.ownerHeader)
 	}
 	return id, err
 }
