@@ -448,12 +448,15 @@ func TestSecurityCertificateIdentity(t *testing.T) {
 		authenticated(t, s, r, body, identityPrefix+"1000", identityPrefix+"1000",
 			want("AccountId", "1000", "System", "CERT-ID-SYS", "Component", "cid")...)
 		// No match is no identity, not an error: the post lacks a credential.
+		// The answer says what is missing: a sender that did connect with
+		// a certificate must not be told only to connect with one.
+		hint := "connect with a client certificate that is a certificate identity, and name its account in the AccountId header"
 		mustSendTo(t, withCert, base, []byte("x"), "Feed", testFeed).
-			fails(t, http.StatusUnauthorized, 300)
+			fails(t, http.StatusUnauthorized, 300, hint)
 		mustSendTo(t, withCert, base, []byte("x"), "Feed", testFeed, "AccountId", "2000").
-			fails(t, http.StatusUnauthorized, 300)
+			fails(t, http.StatusUnauthorized, 300, hint)
 		mustSendTo(t, httpsClient(t, p), base, []byte("x"), "Feed", testFeed, "AccountId", "1000").
-			fails(t, http.StatusUnauthorized, 300)
+			fails(t, http.StatusUnauthorized, 300, hint)
 		if n := len(s.Streams()); n != 1 {
 			t.Errorf("%d streams, want 1", n)
 		}
