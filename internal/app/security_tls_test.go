@@ -411,6 +411,8 @@ func TestSecurityCertificateIdentity(t *testing.T) {
 			certIdentity(dn, now.Add(time.Hour), map[string]string{"AccountId": "1000", "System": "CERT-ID-SYS", "Component": "cid"}),
 			certIdentity("CN=Someone Else,O=Example,C=GB", now.Add(time.Hour), map[string]string{"AccountId": "2000"}),
 			certIdentity(dn, now.Add(-time.Hour), map[string]string{"AccountId": "3000"}), // expired
+			// The same DN as the reference's TLS (Java) writes it.
+			certIdentity(strings.ReplaceAll(dn, ",", ", "), now.Add(time.Hour), map[string]string{"AccountId": "4000", "System": "JAVA-DN"}),
 		)
 	}
 	withCert := httpsClient(t, p, p.client.tls)
@@ -457,8 +459,14 @@ func TestSecurityCertificateIdentity(t *testing.T) {
 			fails(t, http.StatusUnauthorized, 300, hint)
 		mustSendTo(t, httpsClient(t, p), base, []byte("x"), "Feed", testFeed, "AccountId", "1000").
 			fails(t, http.StatusUnauthorized, 300, hint)
-		if n := len(s.Streams()); n != 1 {
-			t.Errorf("%d streams, want 1", n)
+		// An identity file written for the reference names the DN with
+		// spaces after the commas: it is the same DN.
+		body = "identity from a reference-format DN"
+		r = mustSendTo(t, withCert, base, []byte(body), "Feed", testFeed, "AccountId", "4000")
+		authenticated(t, s, r, body, identityPrefix+"4000", identityPrefix+"4000",
+			want("AccountId", "4000", "System", "JAVA-DN")...)
+		if n := len(s.Streams()); n != 2 {
+			t.Errorf("%d streams, want 2", n)
 		}
 	})
 

@@ -119,7 +119,7 @@ type Store struct {
 // index is the identities of all files.
 type index struct {
 	keys  map[string][]*keyIdentity  // by owner, exact
-	certs map[string][]*certIdentity // by certificate DN, exact; file name then file order
+	certs map[string][]*certIdentity // by dnKey of the certificate DN; file name then file order
 	nKeys int
 }
 
@@ -356,7 +356,8 @@ func (s *Store) rebuild() {
 			idx.nKeys++
 		}
 		for _, c := range p.certs {
-			idx.certs[c.dn] = append(idx.certs[c.dn], c)
+			k := dnKey(c.dn)
+			idx.certs[k] = append(idx.certs[k], c)
 		}
 	}
 	s.idx.Store(idx)
@@ -696,7 +697,7 @@ type certAuthenticator struct {
 }
 
 // Authenticate finds the certificate identity of (owner, DN): the owner
-// compared without regard to case, the DN exactly. Anything missing or
+// compared without regard to case, the DN as dnKey writes it. Anything missing or
 // unmatched is "not mine", as in the reference, so the plain certificate
 // authenticator can still accept the certificate.
 func (a certAuthenticator) Authenticate(ctx context.Context, r *auth.Request) (*auth.Identity, error) {
@@ -713,7 +714,7 @@ func (a certAuthenticator) Authenticate(ctx context.Context, r *auth.Request) (*
 		return nil, nil
 	}
 	nowMs := s.now().UnixMilli()
-	for _, c := range s.idx.Load().certs[dn] {
+	for _, c := range s.idx.Load().certs[dnKey(dn)] {
 		if strings.EqualFold(c.owner, owner) && nowMs < c.expiresMs {
 			return &auth.Identity{
 				SubjectID:   identityPrefix + c.owner,
@@ -723,4 +724,58 @@ func (a certAuthenticator) Authenticate(ctx context.Context, r *auth.Request) (*
 		}
 	}
 	return nil, nil
+}
+
+// dnKey is the form in which certificate DNs are compared. An LDAP DN may
+// be written with spaces around its ',' and '=' separators and with
+// attribute names in any case (RFC 4514 readers accept them), and the
+// reference's own TLS (Java) writes "CN=Log Sender, O=Example, C=GB" where
+// Go and nginx write "CN=Log Sender,O=Example,C=GB": an identity file
+// written for one must match the DN of the other. Values keep their case
+// and inner spaces; an escaped character (say "\,") stays escaped, and an
+// escaped trailing space is kept. Anything else, such as an OpenSSL-form DN,
+// is compared as written, trimmed.
+func dnKey(dn string) string {
+	dn = strings.TrimSpace(dn)
+	if strings.HasPrefix(dn, "/") || !strings.Contains(dn, "=") {
+		return dn
+	}
+	var b strings.Builder
+	b.Grow(len(dn))
+	start, first := 0, true
+	rdn := func(s string) {
+		if !first {
+			b.WriteByte(',')
+		}
+		first = false
+		s = trimDN(s)
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 {
+			b.WriteString(s)
+			return
+		}
+		b.WriteString(strings.ToUpper(trimDN(s[:eq])))
+		b.WriteByte('=')
+		b.WriteString(trimDN(s[eq+1:]))
+	}
+	for i := 0; i < len(dn); i++ {
+		switch dn[i] {
+		case '\\':
+			i++ // the escaped byte never separates
+		case ',':
+			rdn(dn[start:i])
+			start = i + 1
+		}
+	}
+	rdn(dn[start:])
+	return b.String()
+}
+
+// trimDN trims spaces, keeping a trailing space that is escaped.
+func trimDN(s string) string {
+	s = strings.TrimLeft(s, " ")
+	for strings.HasSuffix(s, " ") && !strings.HasSuffix(s, "\\ ") {
+		s = s[:len(s)-1]
+	}
+	return s
 }
