@@ -655,6 +655,57 @@ func TestSecurityDataFeedKeyFiles(t *testing.T) {
 			post(t, s, []byte("x"), "Feed", testFeed, "Authorization", "Bearer "+late, "AccountId", "3000").
 				fails(t, http.StatusUnauthorized, 313)
 		})
+
+		t.Run("file broken while running", func(t *testing.T) {
+			t.Parallel()
+			k := newDataFeedKey(t)
+			lateMu.Lock()
+			secrets = append(secrets, k)
+			lateMu.Unlock()
+			entry := argon2Identity(t, k, time.Now().Add(time.Hour), map[string]string{"AccountId": "3100"})
+			p := writeIdentities(t, dir, "edited.json", entry)
+			waitLog(t, s, "edited.json loaded", func(l logLine) bool {
+				return l.str("msg") == "data feed identity file loaded" && l.str("file") == p && l.num("keys") == 1
+			})
+			body := "before the edit"
+			r := post(t, s, []byte(body), "Feed", testFeed, "Authorization", "Bearer "+k, "AccountId", "3100")
+			authenticated(t, s, r, body, identityPrefix+"3100", identityPrefix+"3100", "Feed", testFeed, "AccountId", "3100")
+
+			// An edit that breaks the file withdraws the keys it held
+			// (failing closed: an edit meant to remove a key must not leave
+			// it working), and the log says so, naming the file and why.
+			if err := os.WriteFile(p, []byte(`{"dataFeedIdentities": [`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			l := waitLog(t, s, "edited.json broken", func(l logLine) bool {
+				return l.str("file") == p && l.str("level") == "ERROR"
+			})
+			if want := "none of its identities authenticate until it is fixed"; !strings.Contains(l.str("msg"), want) || l.str("err") == "" {
+				t.Errorf("log line %v: want a message saying %q and the error", l, want)
+			}
+			post(t, s, []byte("x"), "Feed", testFeed, "Authorization", "Bearer "+k, "AccountId", "3100").
+				fails(t, http.StatusUnauthorized, 313)
+
+			// Fixed, it authenticates again.
+			writeIdentities(t, dir, "edited.json", entry)
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+				var last logLine
+				for _, l := range logLines(t, s) {
+					if l.str("file") == p {
+						last = l
+					}
+				}
+				if last.str("msg") == "data feed identity file loaded" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("timed out waiting for edited.json to be loaded again\nlog:\n%s", s.Logs.String())
+				}
+			}
+			body = "after the fix"
+			r = post(t, s, []byte(body), "Feed", testFeed, "Authorization", "Bearer "+k, "AccountId", "3100")
+			authenticated(t, s, r, body, identityPrefix+"3100", identityPrefix+"3100", "Feed", testFeed, "AccountId", "3100")
+		})
 	})
 	neverStored(t, s, secrets...)
 }

@@ -297,13 +297,15 @@ func (s *Store) load(path string, fi fs.FileInfo, old *fileState) *fileState {
 	data, info, err := readFile(path)
 	if err != nil {
 		st.retry = true
-		logOnce("cannot read data feed identity file; its identities are not loaded", err)
+		logOnce("cannot read data feed identity file; none of its identities authenticate until it can be read", err)
 		return st
 	}
 	st.info = info
 	p, err := parseIdentities(data, s.ownerHeader, s.now().UnixMilli(), filepath.Base(path))
 	if err != nil {
-		logOnce("data feed identity file skipped", err)
+		// Say what it means for senders: the identities loaded from an
+		// earlier version of the file stop working too (failing closed).
+		logOnce("data feed identity file is not valid; none of its identities authenticate until it is fixed", err)
 		return st
 	}
 	st.parsed = p
