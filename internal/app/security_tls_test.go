@@ -14,6 +14,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"log/slog"
@@ -540,4 +541,49 @@ func TestSecurityChainOrder(t *testing.T) {
 		})
 	}
 	neverStored(t, s, dfk, apiKey)
+}
+
+// TestSecurityTLSSchemaLinkLocalhost: an API answer's $schema link names
+// the scheme and the host the client used, over HTTP and HTTPS, also when
+// that host is localhost (huma then fell back to weir's server URL, a path,
+// and wrote "https:///api/api/schemas/...").
+func TestSecurityTLSSchemaLinkLocalhost(t *testing.T) {
+	t.Parallel()
+	p := newPKI(t)
+	_, base := startTLS(t, p, "request", nil, nil)
+	plain := start(t, nil)
+	for _, tc := range []struct {
+		name, url string
+		client    *http.Client
+	}{
+		{"https", base, httpsClient(t, p)},
+		{"http", plain.URL, http.DefaultClient},
+	} {
+		_, port, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(tc.url, "https://"), "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, host := range []string{"localhost:" + port, "127.0.0.1:" + port} {
+			req, err := http.NewRequest(http.MethodGet, tc.url+"/api/version", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Host = host // the connection still goes to 127.0.0.1, as verified
+			res, err := tc.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var v struct {
+				Schema string `json:"$schema"`
+			}
+			err = json.NewDecoder(res.Body).Decode(&v)
+			res.Body.Close()
+			if err != nil || res.StatusCode != http.StatusOK {
+				t.Fatalf("%s %s: %d, %v", tc.name, host, res.StatusCode, err)
+			}
+			if want := tc.name + "://" + host + "/api/schemas/ServiceVersion.json"; v.Schema != want {
+				t.Errorf("%s, Host %s: $schema %q, want %q", tc.name, host, v.Schema, want)
+			}
+		}
+	}
 }
