@@ -377,10 +377,14 @@ func TestSecurityCertificateDNHeader(t *testing.T) {
 			_ = a.Shutdown(time.Minute)
 			t.Fatal("weir started with a host name among allowedCertificateProviders")
 		}
-		for _, want := range []string{"allowedCertificateProviders", `"localhost"`} {
+		for _, want := range []string{"receive.allowedCertificateProviders", `"localhost"`} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q does not contain %q", err, want)
 			}
+		}
+		// The option is named once, not "receive.allowedCertificateProviders: allowedCertificateProviders: ...".
+		if n := strings.Count(err.Error(), "allowedCertificateProviders"); n != 1 {
+			t.Errorf("error %q names the option %d times, want once", err, n)
 		}
 	})
 
