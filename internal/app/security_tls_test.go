@@ -591,3 +591,25 @@ func TestSecurityTLSSchemaLinkLocalhost(t *testing.T) {
 		}
 	}
 }
+
+// TestSecurityTLSClientCertificatesNeedHTTPS: client certificate settings
+// without a server certificate would serve plain HTTP, where no client
+// certificate can be asked for: weir refuses to start and says why, rather
+// than accepting every connection that "require" was meant to refuse.
+func TestSecurityTLSClientCertificatesNeedHTTPS(t *testing.T) {
+	t.Parallel()
+	p := newPKI(t)
+	for _, clientAuth := range []string{"require", "request"} {
+		cfg := apptest.Config(t)
+		authConfig(&cfg, []string{"CERTIFICATE"})
+		cfg.TLS = config.TLS{ClientCAFile: p.caFile, ClientAuth: clientAuth}
+		a, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+		if err == nil {
+			_ = a.Shutdown(time.Minute)
+			t.Fatalf("clientAuth %s: weir started on plain HTTP with tls.clientCAFile set", clientAuth)
+		}
+		if want := "need tls.certFile and tls.keyFile"; !strings.Contains(err.Error(), want) {
+			t.Errorf("clientAuth %s: error %q does not say %q", clientAuth, err, want)
+		}
+	}
+}
