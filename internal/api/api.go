@@ -227,8 +227,7 @@ func (s *server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	}
 	p, err := s.principal(ctx.Context(), ctx.Header("Authorization"))
 	if err != nil {
-		ctx.SetHeader("WWW-Authenticate", `Bearer realm="weir"`)
-		msg := "authentication failed"
+		var msg string
 		var ae *access.AuthError
 		var f *auth.Failure
 		switch {
@@ -237,8 +236,14 @@ func (s *server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		case errors.As(err, &f):
 			msg = f.Detail
 		default:
+			// Not the credential's fault (the database failed): 401 would
+			// tell the caller its key is bad, and it would throw it away.
 			s.Log.Error("api authentication", "err", err)
+			_ = huma.WriteErr(s.api, ctx, http.StatusInternalServerError,
+				"the credential cannot be checked now (an internal error, logged); try again later")
+			return
 		}
+		ctx.SetHeader("WWW-Authenticate", `Bearer realm="weir"`)
 		_ = huma.WriteErr(s.api, ctx, http.StatusUnauthorized, msg)
 		return
 	}

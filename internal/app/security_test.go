@@ -1049,3 +1049,24 @@ func TestSecurityMalformedDataFeedKey(t *testing.T) {
 		})
 	}
 }
+
+// TestSecurityAPIDatabaseFailureIsNot401: when the credential cannot be
+// checked because the database fails, the API answers 500, not 401: the
+// specification's 401 means a problem with the key, and a client told so
+// would discard a good key.
+func TestSecurityAPIDatabaseFailureIsNot401(t *testing.T) {
+	t.Parallel()
+	s := start(t, nil)
+	weirAdmin(t, s, "user", "create", "db-user")
+	out, _ := weirAdmin(t, s, "api-key", "create", "--user", "db-user")
+	c := apiClient{t: t, url: s.URL + "/api", key: firstLine(t, out)}
+	c.do("GET", "/whoami", "").want(t, "whoami", http.StatusOK, nil)
+	if err := s.App.Repo().Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := c.do("GET", "/whoami", "")
+	r.want(t, "whoami with the database closed", http.StatusInternalServerError, nil)
+	if h := r.header.Get("WWW-Authenticate"); h != "" {
+		t.Errorf("WWW-Authenticate %q on a failure that is not the credential's", h)
+	}
+}
