@@ -104,13 +104,17 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 	// path is cleared after the create hooks that need it (the $schema
 	// links in responses) have taken it, so that huma registers no route.
 	schemasPath := cfg.SchemasPath
+	serverURL := d.BasePath + "/api"
 	cfg.CreateHooks = append(cfg.CreateHooks, func(c huma.Config) huma.Config {
 		c.SchemasPath = ""
+		// After huma's own hook has added the transformer that writes
+		// $schema links, which this one repairs.
+		c.Transformers = append(c.Transformers, localSchemaLink(serverURL))
 		return c
 	})
+	cfg.Servers = []*huma.Server{{URL: serverURL}}
 	cfg.Transformers = append(cfg.Transformers, boundErrorValues)
 	cfg.OpenAPI.OnAddOperation = append(cfg.OpenAPI.OnAddOperation, documentCommonErrors)
-	cfg.Servers = []*huma.Server{{URL: d.BasePath + "/api"}}
 	s := &server{Deps: d, slots: make(chan struct{}, max(d.Config.API.MaxConcurrentRequests, 1)),
 		downloads: make(chan struct{}, max(d.Config.API.MaxConcurrentDownloads, 1))}
 	s.api = humago.NewWithPrefix(mux, "/api", cfg)
@@ -240,8 +244,7 @@ func (s *server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	}
 	p, err := s.principal(ctx.Context(), ctx.Header("Authorization"))
 	if err != nil {
-		ctx.SetHeader("WWW-Authenticate", `Bearer realm="weir"`)
-		msg := "authentication failed"
+		var msg string
 		var ae *access.AuthError
 		var f *auth.Failure
 		switch {
@@ -250,8 +253,14 @@ func (s *server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		case errors.As(err, &f):
 			msg = f.Detail
 		default:
+			// Not the credential's fault (the database failed): 401 would
+			// tell the caller its key is bad, and it would throw it away.
 			s.Log.Error("api authentication", "err", err)
+			_ = huma.WriteErr(s.api, ctx, http.StatusInternalServerError,
+				"the credential cannot be checked now (an internal error, logged); try again later")
+			return
 		}
+		ctx.SetHeader("WWW-Authenticate", `Bearer realm="weir"`)
 		_ = huma.WriteErr(s.api, ctx, http.StatusUnauthorized, msg)
 		return
 	}
@@ -438,6 +447,32 @@ func documentCommonErrors(oapi *huma.OpenAPI, op *huma.Operation) {
 // puts the whole request body in errors[].value when it is not valid JSON):
 // a 1 MB body must not come back as a 1 MB answer.
 const maxEchoedValue = 256
+
+// localSchemaLink repairs the $schema link of an answer to a request whose
+// Host is localhost. huma then writes its first server URL instead of the
+// host, and weir's is a path (/api), so the link came out as
+// "https:///api/api/schemas/Caller.json" over HTTP and HTTPS alike. It is
+// written as for any other host: the scheme, the Host and the schema path.
+func localSchemaLink(serverURL string) huma.Transformer {
+	bad := "https://" + serverURL + "/"
+	return func(ctx huma.Context, _ string, v any) (any, error) {
+		rv := reflect.ValueOf(v)
+		if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Struct || rv.Elem().NumField() == 0 {
+			return v, nil
+		}
+		f := rv.Elem().Field(0)
+		if name, _, _ := strings.Cut(rv.Elem().Type().Field(0).Tag.Get("json"), ","); name != "$schema" ||
+			f.Kind() != reflect.String || !f.CanSet() || !strings.HasPrefix(f.String(), bad) {
+			return v, nil
+		}
+		scheme := "http://"
+		if ctx.TLS() != nil {
+			scheme = "https://"
+		}
+		f.SetString(scheme + ctx.Host() + f.String()[len(bad)-1:])
+		return v, nil
+	}
+}
 
 // boundErrorValues cuts long values in error details to maxEchoedValue
 // bytes (on a character boundary) and says that they were cut and how long

@@ -86,6 +86,7 @@ func newSecurity(ctx context.Context, cfg config.Config, repo *meta.Repo, log *s
 	}); err != nil {
 		return nil, fmt.Errorf("receive: %w", err)
 	}
+	s.chain.SetOwnerHeader(r.DataFeedOwnerMetaKey)
 	ok = true
 	return s, nil
 }

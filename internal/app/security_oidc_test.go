@@ -205,3 +205,48 @@ func TestSecurityOIDC(t *testing.T) {
 	}
 	neverStored(t, s, secrets...)
 }
+
+// TestSecurityOIDCOnAPI: an OIDC token of a weir user authenticates REST
+// calls as that user (by the sub claim), as API keys do; a token of a user
+// weir does not know, of a disabled user or of a group, and an expired or
+// forged token, is 401 with a problem that says which.
+func TestSecurityOIDCOnAPI(t *testing.T) {
+	t.Parallel()
+	k := newJWTKey(t, "api-key-1")
+	is := newOIDCIssuer(t, k)
+	s := authStart(t, []string{"TOKEN"}, func(c *config.Config) {
+		c.Security.OIDC.Issuer = is.srv.URL
+		c.Security.OIDC.Audiences = []string{"weir"}
+	})
+	weirAdmin(t, s, "user", "create", "user-1", "--display-name", "User One")
+	weirAdmin(t, s, "user", "create", "user-2")
+	weirAdmin(t, s, "user", "disable", "user-2")
+	weirAdmin(t, s, "user", "create", "team", "--group")
+	as := func(tok string) apiClient { return apiClient{t: t, url: s.URL + "/api", key: tok} }
+
+	var me struct {
+		Name        string `json:"name"`
+		DisplayName string `json:"displayName"`
+	}
+	as(k.sign(t, is.claims())).do("GET", "/whoami", "").want(t, "token of user-1", 200, &me)
+	if me.Name != "user-1" || me.DisplayName != "User One" {
+		t.Errorf("whoami = %+v, want user-1 (User One)", me)
+	}
+	now := time.Now()
+	for _, tc := range []struct {
+		what, tok, says string
+	}{
+		{"unknown user", k.sign(t, is.claims("sub", "nobody")), "not known"},
+		{"disabled user", k.sign(t, is.claims("sub", "user-2")), "disabled"},
+		{"group", k.sign(t, is.claims("sub", "team")), "not known"},
+		{"expired", k.sign(t, is.claims("iat", now.Add(-3*time.Hour).Unix(), "exp", now.Add(-2*time.Hour).Unix())), "expired"},
+		{"forged", newJWTKey(t, "api-key-1").sign(t, is.claims()), "signature"},
+		{"wrong audience", k.sign(t, is.claims("aud", "someone-else")), "audience"},
+	} {
+		r := as(tc.tok).do("GET", "/whoami", "")
+		r.admWantProblem(t, tc.what, http.StatusUnauthorized, tc.says)
+		if strings.Contains(string(r.body), tc.tok) {
+			t.Errorf("%s: the answer echoes the token", tc.what)
+		}
+	}
+}

@@ -378,9 +378,15 @@ func TestSecurityCredentialRequired(t *testing.T) {
 				{"X-SSL-CLIENT-S-DN", "CN=Forged"}, // nor a DN header from anyone who is not a provider
 			} {
 				guid := "required-" + strconv.Itoa(i)
-				r := post(t, s, []byte("data"), append([]string{"Feed", testFeed, "GUID", guid}, hdr...)...)
-				r.fails(t, http.StatusUnauthorized, tc.code, tc.msg...)
+				r := post(t, s, []byte("data"), append([]string{"Feed", testFeed, "GUID", guid, "Type", "Raw Events"}, hdr...)...)
+				// As every other failure does, the answer names the feed
+				// and type the sender gave, and so does the log: an
+				// operator can tell which sender is failing.
+				r.fails(t, http.StatusUnauthorized, tc.code, append(tc.msg, "[Feed: "+testFeed+", Type: Raw Events]")...)
 				rejectedLog(t, s, guid, tc.code)
+				if l := receiveLog(t, s, "guid", guid); l.str("feed") != testFeed || l.str("type") != "Raw Events" {
+					t.Errorf("receive log line %v: want feed %q and type %q", l, testFeed, "Raw Events")
+				}
 			}
 			if tc.types == nil {
 				// A large body does not keep the sender from hearing why.
@@ -539,6 +545,10 @@ func TestSecurityDataFeedKeyDatabase(t *testing.T) {
 			t.Errorf("revoked key says %q, want the unknown-key message %q", got, wrongOwner)
 		}
 		rejectedLog(t, s, "dfk-revoked", 313)
+		// Without the owner the key is looked up by itself: the answer
+		// must not blame the missing header alone, which cannot help.
+		post(t, s, []byte("x"), "Feed", testFeed, "Authorization", "Bearer "+key).
+			fails(t, http.StatusUnauthorized, 313, "Data feed key failed authentication", "revoked")
 	})
 
 	if n := len(s.Streams()); n != 5 {
@@ -644,6 +654,57 @@ func TestSecurityDataFeedKeyFiles(t *testing.T) {
 			})
 			post(t, s, []byte("x"), "Feed", testFeed, "Authorization", "Bearer "+late, "AccountId", "3000").
 				fails(t, http.StatusUnauthorized, 313)
+		})
+
+		t.Run("file broken while running", func(t *testing.T) {
+			t.Parallel()
+			k := newDataFeedKey(t)
+			lateMu.Lock()
+			secrets = append(secrets, k)
+			lateMu.Unlock()
+			entry := argon2Identity(t, k, time.Now().Add(time.Hour), map[string]string{"AccountId": "3100"})
+			p := writeIdentities(t, dir, "edited.json", entry)
+			waitLog(t, s, "edited.json loaded", func(l logLine) bool {
+				return l.str("msg") == "data feed identity file loaded" && l.str("file") == p && l.num("keys") == 1
+			})
+			body := "before the edit"
+			r := post(t, s, []byte(body), "Feed", testFeed, "Authorization", "Bearer "+k, "AccountId", "3100")
+			authenticated(t, s, r, body, identityPrefix+"3100", identityPrefix+"3100", "Feed", testFeed, "AccountId", "3100")
+
+			// An edit that breaks the file withdraws the keys it held
+			// (failing closed: an edit meant to remove a key must not leave
+			// it working), and the log says so, naming the file and why.
+			if err := os.WriteFile(p, []byte(`{"dataFeedIdentities": [`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			l := waitLog(t, s, "edited.json broken", func(l logLine) bool {
+				return l.str("file") == p && l.str("level") == "ERROR"
+			})
+			if want := "none of its identities authenticate until it is fixed"; !strings.Contains(l.str("msg"), want) || l.str("err") == "" {
+				t.Errorf("log line %v: want a message saying %q and the error", l, want)
+			}
+			post(t, s, []byte("x"), "Feed", testFeed, "Authorization", "Bearer "+k, "AccountId", "3100").
+				fails(t, http.StatusUnauthorized, 313)
+
+			// Fixed, it authenticates again.
+			writeIdentities(t, dir, "edited.json", entry)
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+				var last logLine
+				for _, l := range logLines(t, s) {
+					if l.str("file") == p {
+						last = l
+					}
+				}
+				if last.str("msg") == "data feed identity file loaded" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("timed out waiting for edited.json to be loaded again\nlog:\n%s", s.Logs.String())
+				}
+			}
+			body = "after the fix"
+			r = post(t, s, []byte(body), "Feed", testFeed, "Authorization", "Bearer "+k, "AccountId", "3100")
+			authenticated(t, s, r, body, identityPrefix+"3100", identityPrefix+"3100", "Feed", testFeed, "AccountId", "3100")
 		})
 	})
 	neverStored(t, s, secrets...)
@@ -871,7 +932,7 @@ func TestSecurityOwnerHeader(t *testing.T) {
 	// A key stored without a lookup (as before weir stored one) is found by
 	// its owner only: the message names the configured header.
 	post(t, s, []byte("x"), "Feed", testFeed, "Authorization", "Bearer "+key, "AccountId", "blue").
-		fails(t, http.StatusUnauthorized, 313, "the data feed key was not found without the 'Tenant' header")
+		fails(t, http.StatusUnauthorized, 313, "the data feed key is unknown or revoked, or needs its owner in the 'Tenant' header")
 	body := "tenant blue"
 	r := post(t, s, []byte(body), "Feed", testFeed, "Authorization", "Bearer "+key, "Tenant", "blue")
 	authenticated(t, s, r, body, identityPrefix+"blue", identityPrefix+"blue", "Feed", testFeed, "Tenant", "blue", "System", "BLUE")
@@ -986,5 +1047,26 @@ func TestSecurityMalformedDataFeedKey(t *testing.T) {
 			nothingStored(t, s)
 			neverStored(t, s, key[:len(key)-1], "sdk_000_"+key[8:])
 		})
+	}
+}
+
+// TestSecurityAPIDatabaseFailureIsNot401: when the credential cannot be
+// checked because the database fails, the API answers 500, not 401: the
+// specification's 401 means a problem with the key, and a client told so
+// would discard a good key.
+func TestSecurityAPIDatabaseFailureIsNot401(t *testing.T) {
+	t.Parallel()
+	s := start(t, nil)
+	weirAdmin(t, s, "user", "create", "db-user")
+	out, _ := weirAdmin(t, s, "api-key", "create", "--user", "db-user")
+	c := apiClient{t: t, url: s.URL + "/api", key: firstLine(t, out)}
+	c.do("GET", "/whoami", "").want(t, "whoami", http.StatusOK, nil)
+	if err := s.App.Repo().Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := c.do("GET", "/whoami", "")
+	r.want(t, "whoami with the database closed", http.StatusInternalServerError, nil)
+	if h := r.header.Get("WWW-Authenticate"); h != "" {
+		t.Errorf("WWW-Authenticate %q on a failure that is not the credential's", h)
 	}
 }

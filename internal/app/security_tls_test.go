@@ -14,6 +14,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"log/slog"
@@ -376,10 +377,14 @@ func TestSecurityCertificateDNHeader(t *testing.T) {
 			_ = a.Shutdown(time.Minute)
 			t.Fatal("weir started with a host name among allowedCertificateProviders")
 		}
-		for _, want := range []string{"allowedCertificateProviders", `"localhost"`} {
+		for _, want := range []string{"receive.allowedCertificateProviders", `"localhost"`} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q does not contain %q", err, want)
 			}
+		}
+		// The option is named once, not "receive.allowedCertificateProviders: allowedCertificateProviders: ...".
+		if n := strings.Count(err.Error(), "allowedCertificateProviders"); n != 1 {
+			t.Errorf("error %q names the option %d times, want once", err, n)
 		}
 	})
 
@@ -411,6 +416,8 @@ func TestSecurityCertificateIdentity(t *testing.T) {
 			certIdentity(dn, now.Add(time.Hour), map[string]string{"AccountId": "1000", "System": "CERT-ID-SYS", "Component": "cid"}),
 			certIdentity("CN=Someone Else,O=Example,C=GB", now.Add(time.Hour), map[string]string{"AccountId": "2000"}),
 			certIdentity(dn, now.Add(-time.Hour), map[string]string{"AccountId": "3000"}), // expired
+			// The same DN as the reference's TLS (Java) writes it.
+			certIdentity(strings.ReplaceAll(dn, ",", ", "), now.Add(time.Hour), map[string]string{"AccountId": "4000", "System": "JAVA-DN"}),
 		)
 	}
 	withCert := httpsClient(t, p, p.client.tls)
@@ -448,14 +455,23 @@ func TestSecurityCertificateIdentity(t *testing.T) {
 		authenticated(t, s, r, body, identityPrefix+"1000", identityPrefix+"1000",
 			want("AccountId", "1000", "System", "CERT-ID-SYS", "Component", "cid")...)
 		// No match is no identity, not an error: the post lacks a credential.
+		// The answer says what is missing: a sender that did connect with
+		// a certificate must not be told only to connect with one.
+		hint := "connect with a client certificate that is a certificate identity, and name its account in the AccountId header"
 		mustSendTo(t, withCert, base, []byte("x"), "Feed", testFeed).
-			fails(t, http.StatusUnauthorized, 300)
+			fails(t, http.StatusUnauthorized, 300, hint)
 		mustSendTo(t, withCert, base, []byte("x"), "Feed", testFeed, "AccountId", "2000").
-			fails(t, http.StatusUnauthorized, 300)
+			fails(t, http.StatusUnauthorized, 300, hint)
 		mustSendTo(t, httpsClient(t, p), base, []byte("x"), "Feed", testFeed, "AccountId", "1000").
-			fails(t, http.StatusUnauthorized, 300)
-		if n := len(s.Streams()); n != 1 {
-			t.Errorf("%d streams, want 1", n)
+			fails(t, http.StatusUnauthorized, 300, hint)
+		// An identity file written for the reference names the DN with
+		// spaces after the commas: it is the same DN.
+		body = "identity from a reference-format DN"
+		r = mustSendTo(t, withCert, base, []byte(body), "Feed", testFeed, "AccountId", "4000")
+		authenticated(t, s, r, body, identityPrefix+"4000", identityPrefix+"4000",
+			want("AccountId", "4000", "System", "JAVA-DN")...)
+		if n := len(s.Streams()); n != 2 {
+			t.Errorf("%d streams, want 2", n)
 		}
 	})
 
@@ -529,4 +545,71 @@ func TestSecurityChainOrder(t *testing.T) {
 		})
 	}
 	neverStored(t, s, dfk, apiKey)
+}
+
+// TestSecurityTLSSchemaLinkLocalhost: an API answer's $schema link names
+// the scheme and the host the client used, over HTTP and HTTPS, also when
+// that host is localhost (huma then fell back to weir's server URL, a path,
+// and wrote "https:///api/api/schemas/...").
+func TestSecurityTLSSchemaLinkLocalhost(t *testing.T) {
+	t.Parallel()
+	p := newPKI(t)
+	_, base := startTLS(t, p, "request", nil, nil)
+	plain := start(t, nil)
+	for _, tc := range []struct {
+		name, url string
+		client    *http.Client
+	}{
+		{"https", base, httpsClient(t, p)},
+		{"http", plain.URL, http.DefaultClient},
+	} {
+		_, port, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(tc.url, "https://"), "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, host := range []string{"localhost:" + port, "127.0.0.1:" + port} {
+			req, err := http.NewRequest(http.MethodGet, tc.url+"/api/version", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Host = host // the connection still goes to 127.0.0.1, as verified
+			res, err := tc.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var v struct {
+				Schema string `json:"$schema"`
+			}
+			err = json.NewDecoder(res.Body).Decode(&v)
+			res.Body.Close()
+			if err != nil || res.StatusCode != http.StatusOK {
+				t.Fatalf("%s %s: %d, %v", tc.name, host, res.StatusCode, err)
+			}
+			if want := tc.name + "://" + host + "/api/schemas/ServiceVersion.json"; v.Schema != want {
+				t.Errorf("%s, Host %s: $schema %q, want %q", tc.name, host, v.Schema, want)
+			}
+		}
+	}
+}
+
+// TestSecurityTLSClientCertificatesNeedHTTPS: client certificate settings
+// without a server certificate would serve plain HTTP, where no client
+// certificate can be asked for: weir refuses to start and says why, rather
+// than accepting every connection that "require" was meant to refuse.
+func TestSecurityTLSClientCertificatesNeedHTTPS(t *testing.T) {
+	t.Parallel()
+	p := newPKI(t)
+	for _, clientAuth := range []string{"require", "request"} {
+		cfg := apptest.Config(t)
+		authConfig(&cfg, []string{"CERTIFICATE"})
+		cfg.TLS = config.TLS{ClientCAFile: p.caFile, ClientAuth: clientAuth}
+		a, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+		if err == nil {
+			_ = a.Shutdown(time.Minute)
+			t.Fatalf("clientAuth %s: weir started on plain HTTP with tls.clientCAFile set", clientAuth)
+		}
+		if want := "need tls.certFile and tls.keyFile"; !strings.Contains(err.Error(), want) {
+			t.Errorf("clientAuth %s: error %q does not say %q", clientAuth, err, want)
+		}
+	}
 }

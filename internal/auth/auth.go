@@ -168,14 +168,24 @@ func Failf(code int, format string, a ...any) *Failure {
 
 // Chain tries the enabled authenticators in Order.
 type Chain struct {
-	required bool
-	enabled  []Type // in Order
-	auths    map[Type]Authenticator
+	required    bool
+	enabled     []Type // in Order
+	auths       map[Type]Authenticator
+	ownerHeader string // names a credential's account in messages; see SetOwnerHeader
+}
+
+// SetOwnerHeader names the header in which senders name their account
+// (receive.dataFeedOwnerMetaKey) for the messages that ask for it; the
+// default is AccountId.
+func (c *Chain) SetOwnerHeader(h string) {
+	if h = strings.TrimSpace(h); h != "" {
+		c.ownerHeader = h
+	}
 }
 
 // NewChain builds a chain. Every enabled type must have an authenticator.
 func NewChain(required bool, enabled []Type, auths map[Type]Authenticator) (*Chain, error) {
-	c := &Chain{required: required, auths: auths}
+	c := &Chain{required: required, auths: auths, ownerHeader: "AccountId"}
 	for _, t := range Order {
 		if !slices.Contains(enabled, t) {
 			continue
@@ -231,8 +241,13 @@ func (c *Chain) missing() *Failure {
 		return Failf(DataFeedKeyRequired, "send a data feed key in the Authorization header")
 	case has(Token):
 		return Failf(TokenRequired, "send a token in the Authorization header")
-	case has(Certificate), has(CertificateIdentity):
+	case has(Certificate):
 		return Failf(CertificateRequired, "connect with a client certificate")
+	case has(CertificateIdentity):
+		// A sender with a certificate gets this too (its DN and the account
+		// it names match no certificate identity): telling it only to
+		// connect with a certificate would send it looking in the wrong place.
+		return Failf(CertificateRequired, "connect with a client certificate that is a certificate identity, and name its account in the %s header", c.ownerHeader)
 	case has(Token, Certificate):
 		return Failf(TokenOrCertificateRequired, "send a token in the Authorization header or connect with a client certificate")
 	}

@@ -248,7 +248,7 @@ func NewCertificates(o CertOptions) (*Certificates, error) {
 	for _, p := range o.AllowedProviders {
 		prefix, err := parseProvider(p)
 		if err != nil {
-			return nil, fmt.Errorf("allowedCertificateProviders: %w", err)
+			return nil, err // the caller names the option
 		}
 		c.providers = append(c.providers, prefix)
 	}

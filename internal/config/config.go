@@ -296,6 +296,12 @@ func (c *Config) Validate() error {
 	if c.TLS.ClientAuth == "require" && c.TLS.ClientCAFile == "" {
 		add("tls.clientAuth: require needs tls.clientCAFile")
 	}
+	if c.TLS.CertFile == "" && c.TLS.KeyFile == "" && (c.TLS.ClientCAFile != "" || c.TLS.ClientAuth == "require") {
+		// Without a server certificate weir serves plain HTTP, where no
+		// client certificate can be asked for: starting would accept
+		// every connection that was meant to need one.
+		add("tls.clientCAFile and tls.clientAuth need tls.certFile and tls.keyFile: without them weir serves plain HTTP and cannot ask for client certificates")
+	}
 	if c.API.MaxConcurrentRequests < 1 {
 		add("api.maxConcurrentRequests: must be at least 1")
 	}

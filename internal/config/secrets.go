@@ -9,16 +9,21 @@ import (
 )
 
 // inlineSecrets names the options of c that hold a secret in the file
-// itself: a password in the db URL.
+// itself: a password in the db URL, or the passphrase of its client key
+// (sslpassword, which the PostgreSQL driver takes as a URL parameter).
 func (c *Config) inlineSecrets() []string {
 	u, err := url.Parse(c.DB)
 	if err != nil || c.DB == "" {
 		return nil
 	}
+	var s []string
 	if _, ok := u.User.Password(); ok || u.Query().Has("password") {
-		return []string{"db (its password)"}
+		s = append(s, "db (its password)")
 	}
-	return nil
+	if u.Query().Has("sslpassword") {
+		s = append(s, "db (its sslpassword)")
+	}
+	return s
 }
 
 // inlineSecrets names the options of p that hold a secret in the file

@@ -24,6 +24,8 @@ func TestInlineSecretsInWorldReadableFile(t *testing.T) {
 		{"proxy db password", dest + "db: postgres://weir:hunter2@db:5432/weir\n", "db (its password)", true},
 		{"serve db password", "db: postgres://weir:hunter2@db:5432/weir\n", "db (its password)", false},
 		{"serve db password parameter", "db: postgres://weir@db:5432/weir?password=hunter2\n", "db (its password)", false},
+		{"serve db client key passphrase", "db: postgres://weir@db:5432/weir?sslmode=verify-full&sslcert=/etc/weir/db.crt&sslkey=/etc/weir/db.key&sslpassword=hunter2\n",
+			"db (its sslpassword)", false},
 	}
 	load := func(proxy bool, path string) error {
 		if proxy {

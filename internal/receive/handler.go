@@ -271,6 +271,11 @@ func (p *post) run() (outcome, error) {
 	}
 	p.attrs = requestAttributes(p.r, attr.Hop{ReceiptID: p.receiptID, Time: p.received, Host: h.opt.Host})
 	if err := p.authenticate(); err != nil {
+		// As for any other failure (and as the reference does), the
+		// answer and the receive log name the post's feed, compression
+		// and type as the sender gave them, so that an operator can tell
+		// which sender is failing.
+		p.feed, p.compression, p.typ = p.attrs.Value("Feed"), p.attrs.Value("Compression"), p.attrs.Value("Type")
 		return "", err
 	}
 	p.compression = p.attrs.Value("Compression")

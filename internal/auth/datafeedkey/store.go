@@ -119,7 +119,7 @@ type Store struct {
 // index is the identities of all files.
 type index struct {
 	keys  map[string][]*keyIdentity  // by owner, exact
-	certs map[string][]*certIdentity // by certificate DN, exact; file name then file order
+	certs map[string][]*certIdentity // by dnKey of the certificate DN; file name then file order
 	nKeys int
 }
 
@@ -297,13 +297,15 @@ func (s *Store) load(path string, fi fs.FileInfo, old *fileState) *fileState {
 	data, info, err := readFile(path)
 	if err != nil {
 		st.retry = true
-		logOnce("cannot read data feed identity file; its identities are not loaded", err)
+		logOnce("cannot read data feed identity file; none of its identities authenticate until it can be read", err)
 		return st
 	}
 	st.info = info
 	p, err := parseIdentities(data, s.ownerHeader, s.now().UnixMilli(), filepath.Base(path))
 	if err != nil {
-		logOnce("data feed identity file skipped", err)
+		// Say what it means for senders: the identities loaded from an
+		// earlier version of the file stop working too (failing closed).
+		logOnce("data feed identity file is not valid; none of its identities authenticate until it is fixed", err)
 		return st
 	}
 	st.parsed = p
@@ -356,7 +358,8 @@ func (s *Store) rebuild() {
 			idx.nKeys++
 		}
 		for _, c := range p.certs {
-			idx.certs[c.dn] = append(idx.certs[c.dn], c)
+			k := dnKey(c.dn)
+			idx.certs[k] = append(idx.certs[k], c)
 		}
 	}
 	s.idx.Store(idx)
@@ -401,8 +404,11 @@ func (a keyAuthenticator) Authenticate(ctx context.Context, r *auth.Request) (*a
 	id, err := s.authenticate(ctx, key, owner)
 	var f *auth.Failure
 	if owner == "" && errors.As(err, &f) && f.Code == auth.DataFeedKeyFailed && f.Detail == "" && f.Err == nil {
+		// Found by itself the key may also be revoked or unknown: the
+		// answer must not send a sender with a revoked key off to add a
+		// header that cannot help.
 		return nil, auth.Failf(auth.DataFeedKeyFailed,
-			"the data feed key was not found without the '%s' header: send the key's owner in it (keys from identity files and keys created before weir stored a lookup for them need it)", s.ownerHeader)
+			"the data feed key is unknown or revoked, or needs its owner in the '%s' header (keys from identity files and keys created before weir stored a lookup for them need it)", s.ownerHeader)
 	}
 	return id, err
 }
@@ -693,7 +699,7 @@ type certAuthenticator struct {
 }
 
 // Authenticate finds the certificate identity of (owner, DN): the owner
-// compared without regard to case, the DN exactly. Anything missing or
+// compared without regard to case, the DN as dnKey writes it. Anything missing or
 // unmatched is "not mine", as in the reference, so the plain certificate
 // authenticator can still accept the certificate.
 func (a certAuthenticator) Authenticate(ctx context.Context, r *auth.Request) (*auth.Identity, error) {
@@ -710,7 +716,7 @@ func (a certAuthenticator) Authenticate(ctx context.Context, r *auth.Request) (*
 		return nil, nil
 	}
 	nowMs := s.now().UnixMilli()
-	for _, c := range s.idx.Load().certs[dn] {
+	for _, c := range s.idx.Load().certs[dnKey(dn)] {
 		if strings.EqualFold(c.owner, owner) && nowMs < c.expiresMs {
 			return &auth.Identity{
 				SubjectID:   identityPrefix + c.owner,
@@ -720,4 +726,58 @@ func (a certAuthenticator) Authenticate(ctx context.Context, r *auth.Request) (*
 		}
 	}
 	return nil, nil
+}
+
+// dnKey is the form in which certificate DNs are compared. An LDAP DN may
+// be written with spaces around its ',' and '=' separators and with
+// attribute names in any case (RFC 4514 readers accept them), and the
+// reference's own TLS (Java) writes "CN=Log Sender, O=Example, C=GB" where
+// Go and nginx write "CN=Log Sender,O=Example,C=GB": an identity file
+// written for one must match the DN of the other. Values keep their case
+// and inner spaces; an escaped character (say "\,") stays escaped, and an
+// escaped trailing space is kept. Anything else, such as an OpenSSL-form DN,
+// is compared as written, trimmed.
+func dnKey(dn string) string {
+	dn = strings.TrimSpace(dn)
+	if strings.HasPrefix(dn, "/") || !strings.Contains(dn, "=") {
+		return dn
+	}
+	var b strings.Builder
+	b.Grow(len(dn))
+	start, first := 0, true
+	rdn := func(s string) {
+		if !first {
+			b.WriteByte(',')
+		}
+		first = false
+		s = trimDN(s)
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 {
+			b.WriteString(s)
+			return
+		}
+		b.WriteString(strings.ToUpper(trimDN(s[:eq])))
+		b.WriteByte('=')
+		b.WriteString(trimDN(s[eq+1:]))
+	}
+	for i := 0; i < len(dn); i++ {
+		switch dn[i] {
+		case '\\':
+			i++ // the escaped byte never separates
+		case ',':
+			rdn(dn[start:i])
+			start = i + 1
+		}
+	}
+	rdn(dn[start:])
+	return b.String()
+}
+
+// trimDN trims spaces, keeping a trailing space that is escaped.
+func trimDN(s string) string {
+	s = strings.TrimLeft(s, " ")
+	for strings.HasSuffix(s, " ") && !strings.HasSuffix(s, "\\ ") {
+		s = s[:len(s)-1]
+	}
+	return s
 }

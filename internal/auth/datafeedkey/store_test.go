@@ -283,7 +283,7 @@ func TestUnknownKeyWrongOwnerMissingOwner(t *testing.T) {
 	// A file key is found by its owner only.
 	id, err := h.auth(k)
 	f := wantFailure(t, id, err, auth.DataFeedKeyFailed)
-	if want := "the data feed key was not found without the 'AccountId' header"; !strings.HasPrefix(f.Detail, want) {
+	if want := "the data feed key is unknown or revoked, or needs its owner in the 'AccountId' header"; !strings.HasPrefix(f.Detail, want) {
 		t.Errorf("detail = %q, want it to start %q", f.Detail, want)
 	}
 	id, err = h.auth(k, "AccountId", "  ")
@@ -515,7 +515,7 @@ func TestKeyWithoutOwner(t *testing.T) {
 		for _, key := range []string{h.newKey(), old} {
 			id, err := h.auth(key)
 			f := wantFailure(t, id, err, auth.DataFeedKeyFailed)
-			if !strings.Contains(f.Detail, "not found without the 'AccountId' header") {
+			if !strings.Contains(f.Detail, "needs its owner in the 'AccountId' header") {
 				t.Errorf("detail = %q, want it to ask for the owner header", f.Detail)
 			}
 		}
