@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -210,8 +211,20 @@ func (c *common) openStorage(fs *flag.FlagSet, stderr io.Writer) (config.Config,
 	if err := cfg.Validate(); err != nil {
 		return cfg, nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
+	// A SQLite database that is not there yet is created, so that feeds
+	// and keys can be provisioned before the first start; but a mistyped
+	// --data would otherwise list nothing, or create a feed or key no
+	// server sees, without a word.
+	dbFile := filepath.Join(cfg.Data, meta.SQLiteFile)
+	_, statErr := os.Stat(dbFile)
+	fresh := cfg.DB == "" && errors.Is(statErr, os.ErrNotExist)
 	log := app.NewLogger(config.Log{Level: "warn", Format: "text"}, stderr)
 	st, err := app.OpenStorage(context.Background(), cfg, "admin", log, nil, true)
+	if err == nil && fresh {
+		abs, _ := filepath.Abs(dbFile)
+		fmt.Fprintf(stderr, "note: there was no weir database at %s: created a new, empty one "+
+			"(if a server's data is elsewhere, give its --data or --config)\n", abs)
+	}
 	return cfg, st, err
 }
 
