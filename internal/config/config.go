@@ -313,6 +313,16 @@ func (c *Config) Validate() error {
 	if r.MaxRequestSize < 0 {
 		add("receive.maxRequestSize: must not be negative")
 	}
+	// Retry-After is whole seconds: less than one would send none (or 0).
+	if r.RetryAfter < Duration(time.Second) {
+		add("receive.retryAfter: %v must be at least 1s (Retry-After is in whole seconds)", r.RetryAfter)
+	}
+	if c.API.RetryAfter < Duration(time.Second) {
+		add("api.retryAfter: %v must be at least 1s (Retry-After is in whole seconds)", c.API.RetryAfter)
+	}
+	if r.DataFeedKeyCacheTTL < 0 {
+		add("receive.dataFeedKeyCacheTTL: must not be negative (0 turns the cache off)")
+	}
 	if r.FeedCacheTTL < 0 {
 		add("receive.feedCacheTTL: must not be negative (0 turns the cache off)")
 	}
