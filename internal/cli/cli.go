@@ -293,6 +293,14 @@ func runServer(lc config.Log, prof profiles, stderr io.Writer, start func(contex
 }
 
 func admin(args []string, stdout, stderr io.Writer) error {
+	// `weir admin --help`, `weir admin feed -h`: the usage, as for any
+	// other command's --help.
+	for _, a := range args[:min(len(args), 2)] {
+		switch a {
+		case "-h", "-help", "--help", "help":
+			return flag.ErrHelp
+		}
+	}
 	if len(args) < 2 {
 		return usagef("admin needs a subject and an action, e.g. `weir admin feed list`")
 	}
@@ -347,8 +355,19 @@ func admin(args []string, stdout, stderr io.Writer) error {
 		}
 		return f.update(ctx, st.Repo, pos[0], fs, stdout)
 	case "feed list":
+		if len(pos) != 0 {
+			return usagef("feed list takes no arguments, got %q", pos)
+		}
 		return listFeeds(ctx, st.Repo, sf.json, stdout)
 	case "stream list":
+		if len(pos) != 0 {
+			return usagef("stream list takes no arguments, got %q (filter with --feed, --status, --receipt)", pos)
+		}
+		switch meta.Status(strings.ToUpper(sf.status)) {
+		case "", meta.Locked, meta.Unlocked, meta.Deleted:
+		default:
+			return usagef("--status %q is not one of %s, %s, %s", sf.status, meta.Locked, meta.Unlocked, meta.Deleted)
+		}
 		return sf.list(ctx, st.Repo, stdout)
 	case "receipt-rules show":
 		if len(pos) != 0 {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,4 +24,24 @@ func TestAdminNotesNewDatabase(t *testing.T) {
 	if r.code != 0 || r.stderr != "" {
 		t.Fatalf("feed create on the database made before: %+v", r)
 	}
+}
+
+// TestAdminHelpAndUsageErrors: `weir admin --help` and its like print the
+// usage and exit 0, as every other command's --help does; a stream status
+// that does not exist and arguments that list commands do not take are
+// usage errors (exit 2), not an empty list.
+func TestAdminHelpAndUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{"admin", "--help"}, {"admin", "-h"}, {"admin", "help"},
+		{"admin", "feed", "--help"}, {"admin", "datafeed-key", "-h"}, {"admin", "user", "--help"}} {
+		var out, errb bytes.Buffer
+		if code := Main(args, &out, &errb); code != 0 || !strings.Contains(out.String(), "weir admin feed create NAME") || errb.Len() != 0 {
+			t.Errorf("weir %s: exit %d, stdout %q, stderr %q; want the usage and 0", strings.Join(args, " "), code, out.String(), errb.String())
+		}
+	}
+	e := &accessEnv{t: t, data: t.TempDir()}
+	e.ok("feed", "create", "LIST-FEED")
+	e.fail(2, []string{"stream", "list", "--status", "UNLOCK"}, `--status "UNLOCK" is not one of LOCKED, UNLOCKED, DELETED`)
+	e.fail(2, []string{"stream", "list", "LIST-FEED"}, "stream list takes no arguments", "--feed")
+	e.fail(2, []string{"feed", "list", "LIST-FEED"}, "feed list takes no arguments")
+	e.ok("stream", "list", "--status", "unlocked")
 }
