@@ -2,9 +2,13 @@ package cli
 
 import (
 	"bytes"
+	"database/sql"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/weirhq/weir/internal/meta"
 )
 
 // TestAdminNotesNewDatabase: an admin command pointed at a data directory
@@ -44,4 +48,31 @@ func TestAdminHelpAndUsageErrors(t *testing.T) {
 	e.fail(2, []string{"stream", "list", "LIST-FEED"}, "stream list takes no arguments", "--feed")
 	e.fail(2, []string{"feed", "list", "LIST-FEED"}, "feed list takes no arguments")
 	e.ok("stream", "list", "--status", "unlocked")
+}
+
+// TestAdminRefusesNewerSchema: a database that a newer weir migrated (an
+// upgrade rolled back) is refused with a message that says so, on both
+// engines, where this version used to run on it without a word.
+func TestAdminRefusesNewerSchema(t *testing.T) {
+	onEngines(t, func(t *testing.T, e *accessEnv, repo *meta.Repo) {
+		e.ok("feed", "create", "OLD-FEED")
+		driver, dsn := "sqlite", filepath.Join(e.data, meta.SQLiteFile)
+		if e.dsn != "" {
+			driver, dsn = "pgx", e.dsn
+		}
+		db, err := sql.Open(driver, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var newest int
+		if err := db.QueryRow(`SELECT MAX(version) FROM schema_migrations`).Scan(&newest); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(`INSERT INTO schema_migrations (version, applied_ms) VALUES ($1, 0)`, newest+1); err != nil {
+			t.Fatal(err)
+		}
+		e.fail(1, []string{"feed", "list"}, fmt.Sprintf("has migration %d applied, and this weir knows migrations up to %d only", newest+1, newest),
+			"a newer weir has used it")
+	})
 }
