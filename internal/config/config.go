@@ -231,7 +231,22 @@ func decodeStrict(b []byte, cfg any) error {
 		}
 		return err
 	}
-	return nil
+	// Only the first document would be read: a second one, which could
+	// hold any key, misspelt or not, would be ignored without a word.
+	// An empty one (a trailing ---) is harmless.
+	for {
+		var next yaml.Node
+		err := dec.Decode(&next)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if empty := len(next.Content) == 0 || (len(next.Content) == 1 && next.Content[0].Tag == "!!null"); !empty {
+			return fmt.Errorf("line %d: a second YAML document (after ---): the configuration is one document", next.Line)
+		}
+	}
 }
 
 // Validate checks the whole configuration and reports every problem at once.

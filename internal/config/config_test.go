@@ -111,6 +111,24 @@ func TestLoadRejectsUnknownKeys(t *testing.T) {
 	}
 }
 
+// TestLoadRejectsSecondDocument: a file of two YAML documents is refused,
+// naming the line, where the second one (and any misspelt key in it) was
+// ignored.
+func TestLoadRejectsSecondDocument(t *testing.T) {
+	_, err := Load(write(t, "listen: 127.0.0.1:9999\n---\nreceive:\n  maxRequestSise: 1G\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 2: a second YAML document") {
+		t.Errorf("two documents: err = %v, want a second document error at line 2", err)
+	}
+	// A document start marker before the one document, or an empty
+	// document after it, is fine.
+	for _, body := range []string{"---\nlisten: 127.0.0.1:9999\n", "listen: 127.0.0.1:9999\n---\n# nothing\n"} {
+		cfg, err := Load(write(t, body))
+		if err != nil || cfg.Listen != "127.0.0.1:9999" {
+			t.Errorf("%q: %+v, %v", body, cfg.Listen, err)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	cfg := Default()
 	if err := cfg.Validate(); err != nil {
