@@ -200,6 +200,23 @@ func (c *common) load(fs *flag.FlagSet) (config.Config, error) {
 	return cfg, nil
 }
 
+// flagOptions are the configuration options the flags given set, which
+// the file's lines do not name then.
+func flagOptions(fs *flag.FlagSet) []string {
+	var opts []string
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "data", "db", "listen", "node":
+			opts = append(opts, f.Name)
+		case "proxy-id":
+			opts = append(opts, "proxyId")
+		case "forward":
+			opts = append(opts, "forwardHttpDestinations")
+		}
+	})
+	return opts
+}
+
 // openStorage loads and validates the configuration the flags name and
 // opens its storage read-only (safe beside a running server). The caller
 // closes the storage.
@@ -209,7 +226,7 @@ func (c *common) openStorage(fs *flag.FlagSet, stderr io.Writer) (config.Config,
 		return cfg, nil, err
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, nil, fmt.Errorf("invalid configuration:\n%w", err)
+		return cfg, nil, fmt.Errorf("invalid configuration:\n%w", config.AtLines(c.config, err, flagOptions(fs)...))
 	}
 	// A SQLite database that is not there yet is created, so that feeds
 	// and keys can be provisioned before the first start; but a mistyped
@@ -263,6 +280,9 @@ func serve(args []string, stderr io.Writer) error {
 	cfg, err := c.load(fs)
 	if err != nil {
 		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", config.AtLines(c.config, err, flagOptions(fs)...))
 	}
 	return runServer(cfg.Log, c.profiles, stderr, func(ctx context.Context, log *slog.Logger) (*app.App, error) {
 		return app.New(ctx, cfg, log)

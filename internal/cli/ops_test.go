@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"database/sql"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -75,4 +76,36 @@ func TestAdminRefusesNewerSchema(t *testing.T) {
 		e.fail(1, []string{"feed", "list"}, fmt.Sprintf("has migration %d applied, and this weir knows migrations up to %d only", newest+1, newest),
 			"a newer weir has used it")
 	})
+}
+
+// TestServeNamesConfigLines: serve, an admin command and the proxy refuse
+// an invalid configuration naming, for each problem with an option the
+// file sets, the file and its line; an option a flag set is not blamed on
+// the file.
+func TestServeNamesConfigLines(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "weir.yaml")
+	if err := os.WriteFile(path, []byte("db: \"\"\nreceive:\n  maxZipEntries: 0\n  trustedForwarders: [TOKEN:p1, nonsense]\n"+
+		"api:\n  retryAfter: 0s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	for _, args := range [][]string{
+		{"serve", "--config", path, "--data", data, "--listen", "127.0.0.1:0", "--db", "mysql://x"},
+		{"admin", "feed", "list", "--config", path, "--data", data, "--db", "mysql://x"},
+		{"proxy", "--config", path, "--data", data, "--listen", "127.0.0.1:0", "--db", "mysql://x"},
+	} {
+		var out, errb bytes.Buffer
+		code := Main(args, &out, &errb)
+		msg := errb.String()
+		for _, want := range []string{path + ":3: receive.maxZipEntries: must be at least 1",
+			path + `:4: receive.trustedForwarders[1]: "nonsense"`, path + ":6: api.retryAfter: 0s", "\ndb: \"mysql://x\""} {
+			if code != 1 || !strings.Contains(msg, want) {
+				t.Errorf("weir %s: exit %d, stderr does not say %q:\n%s", args[0], code, want, msg)
+			}
+		}
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Errorf("a refused configuration created the data directory: %v", err)
+	}
 }
