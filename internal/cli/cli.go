@@ -303,8 +303,25 @@ func runServer(lc config.Log, prof profiles, stderr io.Writer, start func(contex
 			log.Error("profiles", "err", err)
 		}
 	}()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// The first SIGTERM or SIGINT starts the graceful stop; then the
+	// signals get their default action again, so that a second one ends
+	// the process at once, as a crash would: nothing acknowledged is lost,
+	// and an operator need not wait out the grace period of posts that
+	// will not finish.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case sig := <-sigs:
+			signal.Stop(sigs)
+			log.Info("stopping: in-flight posts have up to 30s; a second signal ends weir at once", "signal", sig.String())
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	a, err := start(ctx, log)
 	if err != nil {
 		return err
