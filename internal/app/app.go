@@ -50,6 +50,8 @@ type App struct {
 	stopping atomic.Bool
 	proxy    *proxy.Proxy // nil on the main service
 	closers  []func()     // run when storage closes
+	// unlockNode releases the node's lock in the database.
+	unlockNode func()
 }
 
 // NewLogger builds the process logger from the log settings.
@@ -102,6 +104,9 @@ type Open struct {
 	Repo  *meta.Repo
 	Codec *streamfile.Codec
 	Store *store.Store
+	// unlockNode releases the node's lock in the database (see
+	// meta.Repo.LockNode); nil when read-only.
+	unlockNode func()
 }
 
 // Close releases what OpenStorage opened.
@@ -111,6 +116,10 @@ func (o *Open) Close() {
 	}
 	if o.Codec != nil {
 		o.Codec.Close()
+	}
+	if o.unlockNode != nil {
+		o.unlockNode()
+		o.unlockNode = nil
 	}
 	if o.Repo != nil {
 		_ = o.Repo.Close()
@@ -124,6 +133,13 @@ func OpenStorage(ctx context.Context, cfg config.Config, node string, log *slog.
 	var err error
 	if o.Repo, err = meta.Open(ctx, cfg.DB, cfg.Data, log); err != nil {
 		return nil, fmt.Errorf("open metadata: %w", err)
+	}
+	// Before the store recovers the node's streams: another server's.
+	if !readOnly {
+		if o.unlockNode, err = o.Repo.LockNode(ctx, node); err != nil {
+			o.Close()
+			return nil, err
+		}
 	}
 	comp, err := streamfile.ParseCompression(cfg.Store.Compression)
 	if err != nil {
@@ -197,7 +213,7 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
-	a.repo, a.codec, a.store = st.Repo, st.Codec, st.Store
+	a.repo, a.codec, a.store, a.unlockNode = st.Repo, st.Codec, st.Store, st.unlockNode
 	if a.sec, err = newSecurity(ctx, cfg, a.repo, log); err != nil {
 		return nil, err
 	}
@@ -430,8 +446,8 @@ func (a *App) closeStorage() {
 		a.sec.close()
 		a.sec = nil
 	}
-	(&Open{Repo: a.repo, Codec: a.codec, Store: a.store}).Close()
-	a.repo, a.codec, a.store = nil, nil, nil
+	(&Open{Repo: a.repo, Codec: a.codec, Store: a.store, unlockNode: a.unlockNode}).Close()
+	a.repo, a.codec, a.store, a.unlockNode = nil, nil, nil, nil
 	if a.lock != nil {
 		_ = a.lock.Close()
 		a.lock = nil

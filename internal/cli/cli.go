@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -199,6 +200,23 @@ func (c *common) load(fs *flag.FlagSet) (config.Config, error) {
 	return cfg, nil
 }
 
+// flagOptions are the configuration options the flags given set, which
+// the file's lines do not name then.
+func flagOptions(fs *flag.FlagSet) []string {
+	var opts []string
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "data", "db", "listen", "node":
+			opts = append(opts, f.Name)
+		case "proxy-id":
+			opts = append(opts, "proxyId")
+		case "forward":
+			opts = append(opts, "forwardHttpDestinations")
+		}
+	})
+	return opts
+}
+
 // openStorage loads and validates the configuration the flags name and
 // opens its storage read-only (safe beside a running server). The caller
 // closes the storage.
@@ -208,10 +226,22 @@ func (c *common) openStorage(fs *flag.FlagSet, stderr io.Writer) (config.Config,
 		return cfg, nil, err
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, nil, fmt.Errorf("invalid configuration:\n%w", err)
+		return cfg, nil, fmt.Errorf("invalid configuration:\n%w", config.AtLines(c.config, err, flagOptions(fs)...))
 	}
+	// A SQLite database that is not there yet is created, so that feeds
+	// and keys can be provisioned before the first start; but a mistyped
+	// --data would otherwise list nothing, or create a feed or key no
+	// server sees, without a word.
+	dbFile := filepath.Join(cfg.Data, meta.SQLiteFile)
+	_, statErr := os.Stat(dbFile)
+	fresh := cfg.DB == "" && errors.Is(statErr, os.ErrNotExist)
 	log := app.NewLogger(config.Log{Level: "warn", Format: "text"}, stderr)
 	st, err := app.OpenStorage(context.Background(), cfg, "admin", log, nil, true)
+	if err == nil && fresh {
+		abs, _ := filepath.Abs(dbFile)
+		fmt.Fprintf(stderr, "note: there was no weir database at %s: created a new, empty one "+
+			"(if a server's data is elsewhere, give its --data or --config)\n", abs)
+	}
 	return cfg, st, err
 }
 
@@ -251,6 +281,9 @@ func serve(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", config.AtLines(c.config, err, flagOptions(fs)...))
+	}
 	return runServer(cfg.Log, c.profiles, stderr, func(ctx context.Context, log *slog.Logger) (*app.App, error) {
 		return app.New(ctx, cfg, log)
 	})
@@ -270,8 +303,25 @@ func runServer(lc config.Log, prof profiles, stderr io.Writer, start func(contex
 			log.Error("profiles", "err", err)
 		}
 	}()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// The first SIGTERM or SIGINT starts the graceful stop; then the
+	// signals get their default action again, so that a second one ends
+	// the process at once, as a crash would: nothing acknowledged is lost,
+	// and an operator need not wait out the grace period of posts that
+	// will not finish.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case sig := <-sigs:
+			signal.Stop(sigs)
+			log.Info("stopping: in-flight posts have up to 30s; a second signal ends weir at once", "signal", sig.String())
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	a, err := start(ctx, log)
 	if err != nil {
 		return err
@@ -280,6 +330,14 @@ func runServer(lc config.Log, prof profiles, stderr io.Writer, start func(contex
 }
 
 func admin(args []string, stdout, stderr io.Writer) error {
+	// `weir admin --help`, `weir admin feed -h`: the usage, as for any
+	// other command's --help.
+	for _, a := range args[:min(len(args), 2)] {
+		switch a {
+		case "-h", "-help", "--help", "help":
+			return flag.ErrHelp
+		}
+	}
 	if len(args) < 2 {
 		return usagef("admin needs a subject and an action, e.g. `weir admin feed list`")
 	}
@@ -334,8 +392,19 @@ func admin(args []string, stdout, stderr io.Writer) error {
 		}
 		return f.update(ctx, st.Repo, pos[0], fs, stdout)
 	case "feed list":
+		if len(pos) != 0 {
+			return usagef("feed list takes no arguments, got %q", pos)
+		}
 		return listFeeds(ctx, st.Repo, sf.json, stdout)
 	case "stream list":
+		if len(pos) != 0 {
+			return usagef("stream list takes no arguments, got %q (filter with --feed, --status, --receipt)", pos)
+		}
+		switch meta.Status(strings.ToUpper(sf.status)) {
+		case "", meta.Locked, meta.Unlocked, meta.Deleted:
+		default:
+			return usagef("--status %q is not one of %s, %s, %s", sf.status, meta.Locked, meta.Unlocked, meta.Deleted)
+		}
 		return sf.list(ctx, st.Repo, stdout)
 	case "receipt-rules show":
 		if len(pos) != 0 {

@@ -86,6 +86,9 @@ func proxyCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := cfg.ValidateProxy(); err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", config.AtLines(p.config, err, flagOptions(fs)...))
+	}
 	return runServer(cfg.Log, p.profiles, stderr, func(ctx context.Context, log *slog.Logger) (*app.App, error) {
 		return app.NewProxy(ctx, cfg, log)
 	})

@@ -231,7 +231,22 @@ func decodeStrict(b []byte, cfg any) error {
 		}
 		return err
 	}
-	return nil
+	// Only the first document would be read: a second one, which could
+	// hold any key, misspelt or not, would be ignored without a word.
+	// An empty one (a trailing ---) is harmless.
+	for {
+		var next yaml.Node
+		err := dec.Decode(&next)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if empty := len(next.Content) == 0 || (len(next.Content) == 1 && next.Content[0].Tag == "!!null"); !empty {
+			return fmt.Errorf("line %d: a second YAML document (after ---): the configuration is one document", next.Line)
+		}
+	}
 }
 
 // Validate checks the whole configuration and reports every problem at once.
@@ -318,6 +333,16 @@ func (c *Config) Validate() error {
 	}
 	if r.MaxRequestSize < 0 {
 		add("receive.maxRequestSize: must not be negative")
+	}
+	// Retry-After is whole seconds: less than one would send none (or 0).
+	if r.RetryAfter < Duration(time.Second) {
+		add("receive.retryAfter: %v must be at least 1s (Retry-After is in whole seconds)", r.RetryAfter)
+	}
+	if c.API.RetryAfter < Duration(time.Second) {
+		add("api.retryAfter: %v must be at least 1s (Retry-After is in whole seconds)", c.API.RetryAfter)
+	}
+	if r.DataFeedKeyCacheTTL < 0 {
+		add("receive.dataFeedKeyCacheTTL: must not be negative (0 turns the cache off)")
 	}
 	if r.FeedCacheTTL < 0 {
 		add("receive.feedCacheTTL: must not be negative (0 turns the cache off)")

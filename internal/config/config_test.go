@@ -38,6 +38,17 @@ func TestParseDuration(t *testing.T) {
 			t.Errorf("ParseDuration(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
+	// The longest ISO-8601 duration that fits, and ones that do not: they
+	// are refused, not wrapped round to a negative or a short duration.
+	if got, err := ParseDuration("P106751D"); err != nil || got.D() != 106751*24*time.Hour {
+		t.Errorf("ParseDuration(P106751D) = %v, %v", got, err)
+	}
+	for _, bad := range []string{"P106752D", "P300000D", "P99999999999999999999D", "PT9999999999999H",
+		"P106751DT24H", "PT9999999999999S"} {
+		if _, err := ParseDuration(bad); err == nil || !strings.Contains(err.Error(), "too long") {
+			t.Errorf("ParseDuration(%q) = %v; want too long", bad, err)
+		}
+	}
 	for _, bad := range []string{"", "P", "PT", "soon", "10"} {
 		if _, err := ParseDuration(bad); err == nil {
 			t.Errorf("ParseDuration(%q) succeeded", bad)
@@ -100,6 +111,24 @@ func TestLoadRejectsUnknownKeys(t *testing.T) {
 	}
 }
 
+// TestLoadRejectsSecondDocument: a file of two YAML documents is refused,
+// naming the line, where the second one (and any misspelt key in it) was
+// ignored.
+func TestLoadRejectsSecondDocument(t *testing.T) {
+	_, err := Load(write(t, "listen: 127.0.0.1:9999\n---\nreceive:\n  maxRequestSise: 1G\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 2: a second YAML document") {
+		t.Errorf("two documents: err = %v, want a second document error at line 2", err)
+	}
+	// A document start marker before the one document, or an empty
+	// document after it, is fine.
+	for _, body := range []string{"---\nlisten: 127.0.0.1:9999\n", "listen: 127.0.0.1:9999\n---\n# nothing\n"} {
+		cfg, err := Load(write(t, body))
+		if err != nil || cfg.Listen != "127.0.0.1:9999" {
+			t.Errorf("%q: %+v, %v", body, cfg.Listen, err)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	cfg := Default()
 	if err := cfg.Validate(); err != nil {
@@ -125,5 +154,34 @@ func TestValidate(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "trustedForwarders[0]") {
 		t.Errorf("Validate() = %v; TOKEN:proxy-1 is a valid trusted forwarder", err)
+	}
+}
+
+// TestValidateRetryAfterAndCacheTTL: Retry-After is whole seconds, so a
+// retryAfter under one second (which sent no Retry-After on the datafeed's
+// 503) is refused, as is a negative data feed key cache TTL, each naming
+// its option.
+func TestValidateRetryAfterAndCacheTTL(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"receive:\n  retryAfter: 0s\n", "receive.retryAfter: 0s must be at least 1s"},
+		{"receive:\n  retryAfter: 500ms\n", "receive.retryAfter: 500ms must be at least 1s"},
+		{"receive:\n  retryAfter: -5s\n", "receive.retryAfter: -5s must be at least 1s"},
+		{"api:\n  retryAfter: -1s\n", "api.retryAfter: -1s must be at least 1s"},
+		{"receive:\n  dataFeedKeyCacheTTL: -1m\n", "receive.dataFeedKeyCacheTTL: must not be negative"},
+	} {
+		cfg, err := Load(write(t, tc.body))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.body, err)
+		}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: Validate() = %v; want %q", tc.body, err, tc.want)
+		}
+	}
+	cfg, err := Load(write(t, "receive:\n  retryAfter: PT1S\n  dataFeedKeyCacheTTL: 0s\napi:\n  retryAfter: 1s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("retryAfter 1s and a cache TTL of 0: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -73,15 +74,22 @@ func ParseDuration(s string) (Duration, error) {
 	if m == nil || s == "P" || strings.HasSuffix(strings.ToUpper(s), "T") {
 		return 0, fmt.Errorf("duration %q: want a Go duration such as 30s or an ISO-8601 duration such as PT30S", s)
 	}
+	tooLong := fmt.Errorf("duration %q is too long (at most about 292 years)", s)
 	var d time.Duration
 	for i, unit := range []time.Duration{24 * time.Hour, time.Hour, time.Minute} {
 		if m[i+1] != "" {
-			n, _ := strconv.ParseInt(m[i+1], 10, 64)
+			n, err := strconv.ParseInt(m[i+1], 10, 64)
+			if err != nil || n > int64(math.MaxInt64/unit) || time.Duration(n)*unit > math.MaxInt64-d {
+				return 0, tooLong
+			}
 			d += time.Duration(n) * unit
 		}
 	}
 	if m[4] != "" {
 		f, _ := strconv.ParseFloat(m[4], 64)
+		if f*float64(time.Second) >= float64(math.MaxInt64-d) {
+			return 0, tooLong
+		}
 		d += time.Duration(f * float64(time.Second))
 	}
 	return Duration(d), nil

@@ -41,6 +41,9 @@ const (
 	sqliteFile = "weir.db"
 )
 
+// SQLiteFile is the name of the SQLite database inside the data directory.
+const SQLiteFile = sqliteFile
+
 // Repo is the metadata repository. It is safe for concurrent use.
 type Repo struct {
 	db     *sql.DB

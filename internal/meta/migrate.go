@@ -107,6 +107,17 @@ func (r *Repo) migrate(ctx context.Context) error {
 			r.logger.Info("metadata migration applied", "engine", r.engine, "migration", m.name)
 		}
 	}
+	// A database a newer weir migrated (an upgrade rolled back) has tables
+	// this version does not fill in as that one expects: refuse it at
+	// start rather than fail posts later.
+	var newest sql.NullInt64
+	if err := r.db.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&newest); err != nil {
+		return fmt.Errorf("read schema_migrations: %w", err)
+	}
+	if known := ms[len(ms)-1].version; newest.Valid && newest.Int64 > int64(known) {
+		return fmt.Errorf("the %s metadata database has migration %d applied, and this weir knows migrations up to %d only: "+
+			"a newer weir has used it; run that version or a later one", r.engine, newest.Int64, known)
+	}
 	return nil
 }
 
