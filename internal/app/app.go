@@ -231,7 +231,7 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 		Auth: a.sec.chain, CertAttributes: a.sec.certs.Attributes, Forwarded: a.repo,
 		Log: log.With("log", "receive"), Metrics: receive.NewMetrics(a.registry),
 	}
-	a.pruneForwardedPosts(log)
+	a.pruneForwardedPosts(log, cfg.Receive.ForwardedPostsKept.D())
 	mux := http.NewServeMux()
 	metrics := promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry})
 	if pcfg != nil {
@@ -359,14 +359,9 @@ func (a *App) ready(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, "ready\n")
 }
 
-// forwardedPostsKept is how long a post a trusted forwarder sent is
-// remembered (receive.Options.Forwarded): well past the 7 days a proxy
-// retries a send by default.
-const forwardedPostsKept = 30 * 24 * time.Hour
-
 // pruneForwardedPosts forgets, hourly (and at start), the forwarded posts
-// older than forwardedPostsKept, until storage closes.
-func (a *App) pruneForwardedPosts(log *slog.Logger) {
+// older than kept (receive.forwardedPostsKept), until storage closes.
+func (a *App) pruneForwardedPosts(log *slog.Logger, kept time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -374,7 +369,7 @@ func (a *App) pruneForwardedPosts(log *slog.Logger) {
 		t := time.NewTicker(time.Hour)
 		defer t.Stop()
 		for {
-			n, err := a.repo.PruneForwardedPosts(ctx, time.Now().Add(-forwardedPostsKept).UnixMilli())
+			n, err := a.repo.PruneForwardedPosts(ctx, time.Now().Add(-kept).UnixMilli())
 			switch {
 			case err != nil && ctx.Err() == nil:
 				log.Warn("cannot forget old forwarded posts; trying again in an hour", "err", err)

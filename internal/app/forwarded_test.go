@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/base64"
 	"encoding/hex"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -219,5 +221,62 @@ func TestForwardedPostLongGUID(t *testing.T) {
 	}
 	if n := len(s.Streams()); n != 3 {
 		t.Errorf("%d streams, want 3", n)
+	}
+}
+
+// TestForwardedPostsKept: a trusted forwarder's post is remembered for
+// receive.forwardedPostsKept from its first copy. A resend within it gets
+// the first receipt id; once the server has forgotten the post (at start,
+// and hourly), a resend is stored as a post of its own.
+func TestForwardedPostsKept(t *testing.T) {
+	t.Parallel()
+	s := start(t, func(c *config.Config) {
+		c.Receive.AuthenticationRequired = true
+		c.Receive.TrustedForwarders = []string{"DATA_FEED_KEY:data-feed-identity-2000"}
+		c.Receive.ForwardedPostsKept = config.Duration(2 * time.Hour)
+	})
+	key, _ := dbDataFeedKey(t, s, "2000", time.Now().Add(time.Hour))
+	body := zipOf(t, "0000000001.meta", "Feed:"+testFeed+"\nAccountId:1000\n", "0000000001.dat", "an aggregated post\n")
+	send := func(s *apptest.Server, guid string) string {
+		t.Helper()
+		return post(t, s, body, "Compression", "ZIP", "Feed", testFeed, "GUID", guid,
+			"Authorization", "Bearer "+key, "AccountId", "2000").ok(t)
+	}
+	old, recent := send(s, "aggregate-old"), send(s, "aggregate-recent")
+	s.Stop()
+	// As if the first was stored three hours ago and the second one.
+	execDB(t, s.Cfg, `UPDATE forwarded_posts SET create_ms = $1 WHERE guid = $2`, time.Now().Add(-3*time.Hour).UnixMilli(), "aggregate-old")
+	execDB(t, s.Cfg, `UPDATE forwarded_posts SET create_ms = $1 WHERE guid = $2`, time.Now().Add(-time.Hour).UnixMilli(), "aggregate-recent")
+	s = s.Restart()
+
+	if again := send(s, "aggregate-recent"); again != recent {
+		t.Errorf("resent within receive.forwardedPostsKept: receipt %s, want the first copy's %s", again, recent)
+	}
+	if again := send(s, "aggregate-old"); again == old {
+		t.Errorf("resent after receive.forwardedPostsKept: got the first copy's receipt id %s, want a post of its own", old)
+	}
+	if n := len(s.Streams()); n != 3 {
+		t.Errorf("%d streams, want 3 (two first copies and the old one stored again)", n)
+	}
+}
+
+// execDB runs a statement on the stopped server's metadata database.
+func execDB(t *testing.T, cfg config.Config, query string, args ...any) {
+	t.Helper()
+	driver, dsn := "sqlite", filepath.Join(cfg.Data, "weir.db")
+	if cfg.DB != "" {
+		driver, dsn = "pgx", cfg.DB
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	res, err := db.Exec(query, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		t.Fatalf("%s %v: no row changed", query, args)
 	}
 }

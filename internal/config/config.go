@@ -142,6 +142,12 @@ type Receive struct {
 	// DATA_FEED_KEY:data-feed-identity-2000, CERTIFICATE:<CN>,
 	// CERTIFICATE_IDENTITY:<subject>.
 	TrustedForwarders []string `yaml:"trustedForwarders"`
+	// ForwardedPostsKept is how long a trusted forwarder's post is
+	// remembered by its GUID, so that a resend gets the first copy's
+	// receipt id instead of being stored again. It must outlast the
+	// forwarders' retries (a weir proxy's queue.maxRetryAge, 7 days by
+	// default); each remembered post costs a row.
+	ForwardedPostsKept Duration `yaml:"forwardedPostsKept"`
 }
 
 // Store configures the stream store.
@@ -191,6 +197,7 @@ func Default() Config {
 			DataFeedOwnerMetaKey:               "AccountId",
 			DataFeedKeyCacheTTL:                Duration(5 * time.Minute),
 			FeedCacheTTL:                       Duration(time.Second),
+			ForwardedPostsKept:                 Duration(30 * 24 * time.Hour),
 			X509CertificateDnHeader:            "X-SSL-CLIENT-S-DN",
 			X509CertificateDnFormat:            "LDAP",
 		},
@@ -346,6 +353,9 @@ func (c *Config) Validate() error {
 	}
 	if r.FeedCacheTTL < 0 {
 		add("receive.feedCacheTTL: must not be negative (0 turns the cache off)")
+	}
+	if r.ForwardedPostsKept < Duration(time.Hour) {
+		add("receive.forwardedPostsKept: %v must be at least 1h (and should outlast the forwarders' retries: a weir proxy's queue.maxRetryAge is 7 days by default)", r.ForwardedPostsKept)
 	}
 	if len(r.MetaTypes) == 0 {
 		add("receive.metaTypes: must list at least one stream type")

@@ -168,6 +168,7 @@ func TestValidateRetryAfterAndCacheTTL(t *testing.T) {
 		{"receive:\n  retryAfter: -5s\n", "receive.retryAfter: -5s must be at least 1s"},
 		{"api:\n  retryAfter: -1s\n", "api.retryAfter: -1s must be at least 1s"},
 		{"receive:\n  dataFeedKeyCacheTTL: -1m\n", "receive.dataFeedKeyCacheTTL: must not be negative"},
+		{"receive:\n  forwardedPostsKept: 30m\n", "receive.forwardedPostsKept: 30m0s must be at least 1h"},
 	} {
 		cfg, err := Load(write(t, tc.body))
 		if err != nil {
