@@ -327,7 +327,7 @@ func verifiedLeaf(r *http.Request) *x509.Certificate {
 // clientDN finds the DN and the format to read it in.
 func (c *Certificates) clientDN(r *http.Request) (string, DNFormat) {
 	if leaf := verifiedLeaf(r); leaf != nil {
-		return leaf.Subject.String(), LDAP
+		return SubjectDN(leaf), LDAP
 	}
 	if c.dnHeader == "" {
 		return "", ""
@@ -344,7 +344,7 @@ func (c *Certificates) clientDN(r *http.Request) (string, DNFormat) {
 }
 
 // ClientDN returns the client's DN: the subject of a verified TLS client
-// certificate (RFC 2253, as pkix.Name.String writes it), else the DN header
+// certificate (RFC 4514, as SubjectDN writes it), else the DN header
 // when the request comes from an allowed provider, else "". A verified
 // certificate wins over any header, since weir checked it itself.
 func (c *Certificates) ClientDN(r *http.Request) string {
@@ -385,7 +385,7 @@ func (c *Certificates) Authenticate(_ context.Context, r *Request) (*Identity, e
 //   - from anyone else both keys are deleted, since nothing vouches for them.
 func (c *Certificates) Attributes(r *http.Request, attrs *attr.Map) {
 	if leaf := verifiedLeaf(r); leaf != nil {
-		attrs.Put(keyRemoteDN, leaf.Subject.String())
+		attrs.Put(keyRemoteDN, SubjectDN(leaf))
 		attrs.Put(keyRemoteCertExpiry, attr.FormatTime(leaf.NotAfter))
 		return
 	}
