@@ -68,35 +68,9 @@ func TestGracefulStop(t *testing.T) {
 	}
 	write("slow post begins\n" + strings.Repeat("0123456789abcdef", 4096) + "\n")
 
-	// Wait until the server is receiving this post's body.
-	mc := newClient(5 * time.Second)
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		n, err := inflightPosts(mc, srv.url)
-		if err == nil && n >= 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the slow post never showed as in flight in /metrics (last: %v, %v)", n, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	mc.CloseIdleConnections()
-
-	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM: %v", err)
-	}
+	srv.waitInflight(t)
 	// The server stops accepting connections while the post is still open.
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		conn, err := net.DialTimeout("tcp", srv.addr, time.Second)
-		if err != nil {
-			break
-		}
-		conn.Close()
-		if time.Now().After(deadline) {
-			t.Fatalf("the server still accepts connections 30s after SIGTERM")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	srv.stopListening(t)
 	select {
 	case <-srv.exited:
 		t.Fatalf("weir serve exited (%s) with a post in flight", srv.state)
@@ -139,5 +113,42 @@ func TestGracefulStop(t *testing.T) {
 	}
 	if files := e.lockFiles(); len(files) > 0 {
 		t.Errorf("in-flight files remain after a graceful stop: %v", files)
+	}
+}
+
+// waitInflight waits until the server is receiving a post (its body).
+func (s *server) waitInflight(t *testing.T) {
+	t.Helper()
+	mc := newClient(5 * time.Second)
+	defer mc.CloseIdleConnections()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		n, err := inflightPosts(mc, s.url)
+		if err == nil && n >= 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the post never showed as in flight in /metrics (last: %v, %v)", n, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stopListening sends SIGTERM and waits until the server refuses new
+// connections, which it does at once while it finishes posts in flight.
+func (s *server) stopListening(t *testing.T) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		conn, err := net.DialTimeout("tcp", s.addr, time.Second)
+		if err != nil {
+			return
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("the server still accepts connections 30s after SIGTERM")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

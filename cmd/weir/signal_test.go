@@ -3,7 +3,6 @@ package main_test
 import (
 	"context"
 	"io"
-	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,33 +38,9 @@ func TestSecondSignalEndsAtOnce(t *testing.T) {
 	if _, err := io.WriteString(pw, "a post that never ends\n"+strings.Repeat("x", 64<<10)+"\n"); err != nil {
 		t.Fatalf("write body: %v", err)
 	}
-	mc := newClient(5 * time.Second)
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if n, err := inflightPosts(mc, srv.url); err == nil && n >= 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the post never showed as in flight in /metrics")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	mc.CloseIdleConnections()
-
-	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM: %v", err)
-	}
+	srv.waitInflight(t)
 	// Stopping: no new connections.
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		conn, err := net.DialTimeout("tcp", srv.addr, time.Second)
-		if err != nil {
-			break
-		}
-		conn.Close()
-		if time.Now().After(deadline) {
-			t.Fatalf("the server did not start stopping within 30s of SIGTERM")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	srv.stopListening(t)
 	select {
 	case <-srv.exited:
 		t.Fatalf("weir serve exited (%s) after one SIGTERM with a post in flight", srv.state)

@@ -25,13 +25,9 @@ import (
 // GUID from another sender, or another GUID, is a post of its own.
 func TestForwardedPostSentAgain(t *testing.T) {
 	t.Parallel()
-	s := start(t, func(c *config.Config) {
-		c.Receive.AuthenticationRequired = true
-		c.Receive.TrustedForwarders = []string{"DATA_FEED_KEY:data-feed-identity-2000"}
-	})
-	trusted, _ := dbDataFeedKey(t, s, "2000", time.Now().Add(time.Hour))
+	f := startForwarded(t, nil)
+	s, trusted, body := f.s, f.key, f.body
 	other, _ := dbDataFeedKey(t, s, "3000", time.Now().Add(time.Hour))
-	body := zipOf(t, "0000000001.meta", "Feed:"+testFeed+"\nAccountId:1000\n", "0000000001.dat", "an aggregated post\n")
 	send := func(key, account, guid string) string {
 		t.Helper()
 		return post(t, s, body, "Compression", "ZIP", "Feed", testFeed, "GUID", guid,
@@ -69,12 +65,8 @@ func TestForwardedPostSentAgain(t *testing.T) {
 // post a second time.
 func TestForwardedPostSentTwiceAtOnce(t *testing.T) {
 	t.Parallel()
-	s := start(t, func(c *config.Config) {
-		c.Receive.AuthenticationRequired = true
-		c.Receive.TrustedForwarders = []string{"DATA_FEED_KEY:data-feed-identity-2000"}
-	})
-	key, _ := dbDataFeedKey(t, s, "2000", time.Now().Add(time.Hour))
-	body := zipOf(t, "0000000001.meta", "Feed:"+testFeed+"\nAccountId:1000\n", "0000000001.dat", "an aggregated post\n")
+	f := startForwarded(t, nil)
+	s, key, body := f.s, f.key, f.body
 	type answer struct {
 		code int
 		body string
@@ -155,17 +147,9 @@ func TestForwardedPostSentTwiceAtOnce(t *testing.T) {
 // delivered aggregate to the proxy's failure area.
 func TestForwardedPostSentAgainAfterFeedRejects(t *testing.T) {
 	t.Parallel()
-	s := start(t, func(c *config.Config) {
-		c.Receive.AuthenticationRequired = true
-		c.Receive.TrustedForwarders = []string{"DATA_FEED_KEY:data-feed-identity-2000"}
-	})
-	key, _ := dbDataFeedKey(t, s, "2000", time.Now().Add(time.Hour))
-	body := zipOf(t, "0000000001.meta", "Feed:"+testFeed+"\nAccountId:1000\n", "0000000001.dat", "an aggregated post\n")
-	send := func() *resp {
-		return post(t, s, body, "Compression", "ZIP", "Feed", testFeed, "GUID", "aggregate-1",
-			"Authorization", "Bearer "+key, "AccountId", "2000")
-	}
-	first := send().ok(t)
+	fw := startForwarded(t, nil)
+	s := fw.s
+	first := fw.send("aggregate-1").ok(t)
 	f, err := s.App.Repo().GetFeed(t.Context(), testFeed)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +158,7 @@ func TestForwardedPostSentAgainAfterFeedRejects(t *testing.T) {
 	if err := s.App.Repo().UpdateFeed(t.Context(), f); err != nil {
 		t.Fatal(err)
 	}
-	if again := send().ok(t); again != first {
+	if again := fw.send("aggregate-1").ok(t); again != first {
 		t.Errorf("sent again: receipt %s, want the first copy's %s", again, first)
 	}
 	if n := len(s.Streams()); n != 1 {
@@ -188,12 +172,8 @@ func TestForwardedPostSentAgainAfterFeedRejects(t *testing.T) {
 // again, on both engines.
 func TestForwardedPostLongGUID(t *testing.T) {
 	t.Parallel()
-	s := start(t, func(c *config.Config) {
-		c.Receive.AuthenticationRequired = true
-		c.Receive.TrustedForwarders = []string{"DATA_FEED_KEY:data-feed-identity-2000"}
-	})
-	key, _ := dbDataFeedKey(t, s, "2000", time.Now().Add(time.Hour))
-	body := zipOf(t, "0000000001.meta", "Feed:"+testFeed+"\nAccountId:1000\n", "0000000001.dat", "an aggregated post\n")
+	f := startForwarded(t, nil)
+	s := f.s
 	// Random, so that PostgreSQL's compression of index entries does not
 	// shrink it under the limit.
 	b := make([]byte, 6000)
@@ -203,8 +183,7 @@ func TestForwardedPostLongGUID(t *testing.T) {
 	guid := base64.StdEncoding.EncodeToString(b)
 	send := func(guid string) string {
 		t.Helper()
-		return post(t, s, body, "Compression", "ZIP", "Feed", testFeed, "GUID", guid,
-			"Authorization", "Bearer "+key, "AccountId", "2000").ok(t)
+		return f.send(guid).ok(t)
 	}
 	first := send(guid)
 	if again := send(guid); again != first {
@@ -230,17 +209,12 @@ func TestForwardedPostLongGUID(t *testing.T) {
 // and hourly), a resend is stored as a post of its own.
 func TestForwardedPostsKept(t *testing.T) {
 	t.Parallel()
-	s := start(t, func(c *config.Config) {
-		c.Receive.AuthenticationRequired = true
-		c.Receive.TrustedForwarders = []string{"DATA_FEED_KEY:data-feed-identity-2000"}
-		c.Receive.ForwardedPostsKept = config.Duration(2 * time.Hour)
-	})
-	key, _ := dbDataFeedKey(t, s, "2000", time.Now().Add(time.Hour))
-	body := zipOf(t, "0000000001.meta", "Feed:"+testFeed+"\nAccountId:1000\n", "0000000001.dat", "an aggregated post\n")
+	f := startForwarded(t, func(c *config.Config) { c.Receive.ForwardedPostsKept = config.Duration(2 * time.Hour) })
+	s := f.s
 	send := func(s *apptest.Server, guid string) string {
 		t.Helper()
-		return post(t, s, body, "Compression", "ZIP", "Feed", testFeed, "GUID", guid,
-			"Authorization", "Bearer "+key, "AccountId", "2000").ok(t)
+		f.s = s
+		return f.send(guid).ok(t)
 	}
 	old, recent := send(s, "aggregate-old"), send(s, "aggregate-recent")
 	s.Stop()
@@ -279,4 +253,36 @@ func execDB(t *testing.T, cfg config.Config, query string, args ...any) {
 	if n, _ := res.RowsAffected(); n == 0 {
 		t.Fatalf("%s %v: no row changed", query, args)
 	}
+}
+
+// forwarded is a server that trusts the forwarder DATA_FEED_KEY:data-feed-identity-2000,
+// with that forwarder's key and an aggregate (a zip of one part) to send.
+type forwarded struct {
+	t    *testing.T
+	s    *apptest.Server
+	key  string
+	body []byte
+}
+
+// startForwarded starts a forwarded server; mutate (may be nil) changes
+// its configuration further.
+func startForwarded(t *testing.T, mutate func(*config.Config)) *forwarded {
+	t.Helper()
+	s := start(t, func(c *config.Config) {
+		c.Receive.AuthenticationRequired = true
+		c.Receive.TrustedForwarders = []string{"DATA_FEED_KEY:data-feed-identity-2000"}
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+	key, _ := dbDataFeedKey(t, s, "2000", time.Now().Add(time.Hour))
+	body := zipOf(t, "0000000001.meta", "Feed:"+testFeed+"\nAccountId:1000\n", "0000000001.dat", "an aggregated post\n")
+	return &forwarded{t: t, s: s, key: key, body: body}
+}
+
+// send posts the aggregate as the trusted forwarder with a GUID.
+func (f *forwarded) send(guid string) *resp {
+	f.t.Helper()
+	return post(f.t, f.s, f.body, "Compression", "ZIP", "Feed", testFeed, "GUID", guid,
+		"Authorization", "Bearer "+f.key, "AccountId", "2000")
 }
