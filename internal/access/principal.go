@@ -143,6 +143,11 @@ func (s *Service) checkKey(ctx context.Context, key string) (meta.APIKey, meta.U
 	if !wellFormed(key) {
 		return meta.APIKey{}, meta.User{}, authErr(ReasonMalformed, "the credential is not a well-formed API key")
 	}
+	// The key is found by its own SHA-256, not by a name the caller sends,
+	// and no slow hash is involved: an unknown key and a known one cost one
+	// indexed lookup alike. That a lookup finds nothing tells the caller
+	// nothing about any user or key (finding a row needs the key itself,
+	// ~750 random bits), so there is no timing to equalise here.
 	k, owner, err := s.repo.APIKeyByHash(ctx, hashKey(key))
 	if errors.Is(err, meta.ErrNotFound) {
 		return meta.APIKey{}, meta.User{}, authErr(ReasonUnknown, "the API key is not recognised")

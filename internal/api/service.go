@@ -117,8 +117,8 @@ func addOperational(oapi *huma.OpenAPI, basePath string) {
 	}
 	text("get-healthz", "/healthz", "Liveness", "200 while the process runs. Needs no credentials.", http.StatusOK)
 	text("get-readyz", "/readyz", "Readiness",
-		"200 when the metadata database answers and the data volume has space; 503 with the reason otherwise and while "+
-			"shutting down. Needs no credentials.", http.StatusOK, http.StatusServiceUnavailable)
+		"200 when the metadata database answers and the data volume has space; 503 with a short reason otherwise and "+
+			"while shutting down (a database error itself is logged, not sent). Needs no credentials.", http.StatusOK, http.StatusServiceUnavailable)
 	text("get-metrics", "/metrics", "Prometheus metrics",
 		"Metrics in the Prometheus text format (receipts by feed and outcome, bytes, latency, group commit batch sizes). "+
 			"Needs no credentials.", http.StatusOK)

@@ -2561,7 +2561,7 @@ type ClientInterface interface {
 
 	// GetReadyz Readiness
 	//
-	// 200 when the metadata database answers and the data volume has space; 503 with the reason otherwise and while shutting down. Needs no credentials.
+	// 200 when the metadata database answers and the data volume has space; 503 with a short reason otherwise and while shutting down (a database error itself is logged, not sent). Needs no credentials.
 	//
 	// Corresponds with GET /readyz (the `GetReadyz` operationId).
 	GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3548,7 +3548,7 @@ func (c *Client) DownloadExport(ctx context.Context, id string, reqEditors ...Re
 
 // GetReadyz Readiness
 //
-// 200 when the metadata database answers and the data volume has space; 503 with the reason otherwise and while shutting down. Needs no credentials.
+// 200 when the metadata database answers and the data volume has space; 503 with a short reason otherwise and while shutting down (a database error itself is logged, not sent). Needs no credentials.
 //
 // Corresponds with GET /readyz (the `GetReadyz` operationId).
 func (c *Client) GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7197,7 +7197,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetReadyzWithResponse Readiness
 	//
-	// 200 when the metadata database answers and the data volume has space; 503 with the reason otherwise and while shutting down. Needs no credentials.
+	// 200 when the metadata database answers and the data volume has space; 503 with a short reason otherwise and while shutting down (a database error itself is logged, not sent). Needs no credentials.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -13324,7 +13324,7 @@ func (c *ClientWithResponses) DownloadExportWithResponse(ctx context.Context, id
 
 // GetReadyzWithResponse Readiness
 //
-// 200 when the metadata database answers and the data volume has space; 503 with the reason otherwise and while shutting down. Needs no credentials.
+// 200 when the metadata database answers and the data volume has space; 503 with a short reason otherwise and while shutting down (a database error itself is logged, not sent). Needs no credentials.
 //
 // Returns a wrapper object for the known response body format(s).
 //

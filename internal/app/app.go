@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -48,6 +49,7 @@ type App struct {
 	api      *api.Server
 	registry *prometheus.Registry
 	stopping atomic.Bool
+	dbReady  readinessLog // what /readyz last logged of the database
 	proxy    *proxy.Proxy // nil on the main service
 	closers  []func()     // run when storage closes
 	// unlockNode releases the node's lock in the database.
@@ -342,8 +344,14 @@ func (a *App) ready(w http.ResponseWriter, r *http.Request) {
 	if a.stopping.Load() {
 		problems = append(problems, "shutting down")
 	}
-	if err := a.repo.Ping(ctx); err != nil {
-		problems = append(problems, "metadata database: "+err.Error())
+	// /readyz needs no credentials, so the database's error (which can
+	// name hosts, paths and users) goes to the log, not to the caller.
+	dbErr := a.repo.Ping(ctx)
+	if dbErr != nil {
+		problems = append(problems, "metadata database unavailable")
+	}
+	if r.Context().Err() == nil { // not a prober that went away meanwhile
+		a.dbReady.observe(a.log, dbErr, time.Now())
 	}
 	if free, err := freeBytes(a.cfg.Data); err == nil && free < 64<<20 {
 		problems = append(problems, fmt.Sprintf("data volume has only %d bytes free", free))
@@ -357,6 +365,38 @@ func (a *App) ready(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, _ = io.WriteString(w, "ready\n")
+}
+
+// readinessLog logs the readiness check's database failures without
+// flooding the log: probes poll /readyz every few seconds, so a failure is
+// logged when it starts, then only when its text changes and at most once
+// per readinessLogInterval, and the recovery once.
+type readinessLog struct {
+	mu      sync.Mutex
+	lastErr string    // the failure last logged; "" while the database answers
+	logged  time.Time // when lastErr was logged
+}
+
+// readinessLogInterval is the least time between two logged failures of
+// a database that has not recovered in between.
+const readinessLogInterval = time.Minute
+
+func (l *readinessLog) observe(log *slog.Logger, err error, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil {
+		if l.lastErr != "" {
+			log.Info("metadata database answers again")
+			l.lastErr = ""
+		}
+		return
+	}
+	text := err.Error()
+	if text == l.lastErr || (l.lastErr != "" && now.Sub(l.logged) < readinessLogInterval) {
+		return
+	}
+	l.lastErr, l.logged = text, now
+	log.Warn("metadata database does not answer; /readyz answers 503", "err", err)
 }
 
 // pruneForwardedPosts forgets, hourly (and at start), the forwarded posts

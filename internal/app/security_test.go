@@ -1070,3 +1070,51 @@ func TestSecurityAPIDatabaseFailureIsNot401(t *testing.T) {
 		t.Errorf("WWW-Authenticate %q on a failure that is not the credential's", h)
 	}
 }
+
+// TestSecurityReadyzHidesDatabaseError: /readyz needs no credentials, so
+// when the database fails it answers 503 with a generic reason; the error
+// itself, which can name hosts, paths and users, is logged at WARN, once
+// rather than on every poll.
+func TestSecurityReadyzHidesDatabaseError(t *testing.T) {
+	t.Parallel()
+	s := start(t, nil)
+	if r := send(t, s, http.MethodGet, "/readyz", nil); r.code != http.StatusOK {
+		t.Fatalf("/readyz before: %d %q", r.code, r.body)
+	}
+	if err := s.App.Repo().Close(); err != nil {
+		t.Fatal(err)
+	}
+	pingErr := s.App.Repo().Ping(t.Context())
+	if pingErr == nil {
+		t.Fatal("Ping answers with the database closed")
+	}
+	var secrets []string // the error's text, at every level of wrapping
+	for e := pingErr; e != nil; e = errors.Unwrap(e) {
+		secrets = append(secrets, e.Error())
+	}
+	for i := range 3 {
+		r := send(t, s, http.MethodGet, "/readyz", nil)
+		if r.code != http.StatusServiceUnavailable || !strings.Contains(r.body, "metadata database unavailable") {
+			t.Errorf("/readyz %d with the database closed: %d %q, want 503 'metadata database unavailable'", i, r.code, r.body)
+		}
+		for _, secret := range secrets {
+			if strings.Contains(r.body, secret) {
+				t.Errorf("/readyz body %q shows the database error %q", r.body, secret)
+			}
+		}
+	}
+	var logged int
+	for _, line := range strings.Split(s.Logs.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil || m["msg"] != "metadata database does not answer; /readyz answers 503" {
+			continue
+		}
+		logged++
+		if m["level"] != "WARN" || m["err"] != pingErr.Error() {
+			t.Errorf("readiness log line %s: want level WARN and err %q", line, pingErr.Error())
+		}
+	}
+	if logged != 1 {
+		t.Errorf("the failing database was logged %d times over 3 polls, want 1", logged)
+	}
+}

@@ -75,8 +75,10 @@ const (
 // feed keys against them and the database. It is safe for concurrent use.
 //
 // Checking a key means hashing it once per stored key of the owner (argon2id:
-// 64 MiB, tens of milliseconds), so results are cached by SHA-256 of (owner,
-// key); the plaintext is never kept. A hit lasts CacheTTL, but:
+// 64 MiB, tens of milliseconds), or once against a decoy when the owner has
+// none, so that timing does not tell which owners have keys. Results are
+// cached by SHA-256 of (owner, key); the plaintext is never kept. A hit lasts
+// CacheTTL, but:
 //   - a hit on a database key rereads that key's row, so revoking it with the
 //     admin command takes effect on the next post;
 //   - any change to the identity files clears the cache (hits and misses),
@@ -95,6 +97,9 @@ type Store struct {
 	now          func() time.Time
 	// verify is Verify; tests replace it to count hash computations.
 	verify func(key, hash, salt string, alg Algorithm) (bool, error)
+	// decoy is the stored form of a key no sender has, made on first use:
+	// an owner with no keys is checked against it (see authenticate).
+	decoy func() (candidate, error)
 
 	sem chan struct{} // a slot per concurrent hash computation
 
@@ -173,6 +178,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		log:          o.Logger,
 		now:          o.Now,
 		verify:       Verify,
+		decoy:        sync.OnceValues(newDecoy),
 		sem:          make(chan struct{}, maxConcurrentHashes),
 		files:        map[string]*fileState{},
 		hits:         map[[32]byte]*hit{},
@@ -441,7 +447,24 @@ type candidate struct {
 	alg        Algorithm
 	expiresMs  int64
 	file       *keyIdentity      // from an identity file, or
-	db         *meta.DataFeedKey // from the database
+	db         *meta.DataFeedKey // from the database, or
+	decoy      bool              // the decoy: never a match
+}
+
+// newDecoy hashes a fresh random key exactly as real keys are hashed
+// (argon2id, the reference's parameters). The key is dropped, so nothing
+// can match the decoy; checking a key against it costs what checking
+// against a real argon2 key costs. A Store makes it once, lazily.
+func newDecoy() (candidate, error) {
+	key, err := Generate()
+	if err != nil {
+		return candidate{}, fmt.Errorf("decoy key: %w", err)
+	}
+	hash, salt, err := Hash(key)
+	if err != nil {
+		return candidate{}, fmt.Errorf("decoy key: %w", err)
+	}
+	return candidate{hash: hash, salt: salt, alg: Argon2, decoy: true}, nil
 }
 
 func (s *Store) authenticate(ctx context.Context, key, owner string) (*auth.Identity, error) {
@@ -451,14 +474,24 @@ func (s *Store) authenticate(ctx context.Context, key, owner string) (*auth.Iden
 	}
 	idx := s.idx.Load()
 	cands, dbErr := s.candidates(ctx, idx, key, owner)
-	if len(cands) == 0 {
-		// Nothing to hash against: answering at once costs nothing, so
-		// there is nothing to cache either.
+	if len(cands) == 0 && owner == "" {
+		// Found by its lookup (the SHA-256 of the key itself), an unknown
+		// key is answered at once by design: that no key has this hash
+		// tells nothing about any account or key, since finding one that
+		// has it means knowing the key (~750 random bits). Nothing is
+		// hashed, so nothing is cached either.
 		if dbErr != nil {
 			return nil, internalFailure(dbErr)
 		}
 		return nil, unknownKey()
 	}
+	// The owner, though, is a name the sender chooses. Answering at once
+	// for an owner without (usable) keys, when an owner with keys costs an
+	// argon2 hash, would let anyone tell by timing which accounts have
+	// keys. So such an owner is hashed against a decoy (below, under the
+	// same bound), and its miss is cached like any other. So is an owner
+	// whose database keys could not be read (an owner with file keys is
+	// hashed then too); that answer is an internal failure, not cached.
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -470,7 +503,17 @@ func (s *Store) authenticate(ctx context.Context, key, owner string) (*auth.Iden
 	if id, ok, err := s.cached(ctx, ck, owner); ok {
 		return id, err
 	}
+	if len(cands) == 0 {
+		d, err := s.decoy()
+		if err != nil {
+			return nil, internalFailure(err)
+		}
+		cands = []candidate{d}
+	}
 	c, verifyErr := s.match(key, cands)
+	if c != nil && c.decoy {
+		c = nil // cannot happen (no sender has the decoy's key), but never let it in
+	}
 	if c == nil {
 		if err := errors.Join(dbErr, verifyErr); err != nil {
 			// The key may be in what could not be read: do not remember a miss.

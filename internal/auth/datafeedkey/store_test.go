@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -642,12 +643,94 @@ func TestMissesAreCachedBriefly(t *testing.T) {
 	if n := h.verifies.Load(); n != 2 {
 		t.Errorf("%d verifications after the miss expired, want 2", n)
 	}
-	// An owner with no keys costs no hashing at all.
-	id, err = h.auth(wrong, "AccountId", "nobody")
-	wantFailure(t, id, err, auth.DataFeedKeyFailed)
-	if n := h.verifies.Load(); n != 2 {
-		t.Errorf("%d verifications, want 2: an owner without keys needs none", n)
+	// An owner with no keys costs one hash (against the decoy), and its
+	// miss is remembered the same way.
+	for range 3 {
+		id, err = h.auth(wrong, "AccountId", "nobody")
+		wantFailure(t, id, err, auth.DataFeedKeyFailed)
 	}
+	if n := h.verifies.Load(); n != 3 {
+		t.Errorf("%d verifications, want 3: one for an owner without keys, then cached", n)
+	}
+}
+
+// An owner is a name the sender chooses, so an owner without keys must cost
+// what an owner with a key and a wrong key costs: one argon2 verification
+// (against a decoy), with the same answer. Otherwise the answer's speed
+// would tell which accounts have keys. Counted, not timed.
+func TestUnknownOwnerCostsOneHash(t *testing.T) {
+	forEngine(t, func(t *testing.T, repo *meta.Repo) {
+		h := newHarness(t, func(o *Options) { o.Repo = repo })
+		fileKey, dbKey, revoked, expired := h.newKey(), h.newKey(), h.newKey(), h.newKey()
+		h.write("a.json",
+			keyIdent(t, fileKey, Argon2, h.clock.in(time.Hour), metaOf("file-owner")),
+			// Expired when read: not loaded, so its owner has no keys.
+			keyIdent(t, expired, Argon2, h.clock.in(-time.Hour), metaOf("expired-owner")))
+		h.store.scan()
+		storeKey(t, repo, dbKey, "db-owner", Argon2, h.clock.in(time.Hour))
+		rk := storeKey(t, repo, revoked, "revoked-owner", Argon2, h.clock.in(time.Hour))
+		if err := repo.RevokeDataFeedKey(context.Background(), rk.ID); err != nil {
+			t.Fatal(err)
+		}
+
+		var mu sync.Mutex
+		var algs []Algorithm
+		h.store.verify = func(key, hash, salt string, alg Algorithm) (bool, error) {
+			mu.Lock()
+			algs = append(algs, alg)
+			mu.Unlock()
+			return Verify(key, hash, salt, alg)
+		}
+		var want string
+		for _, owner := range []string{"file-owner", "db-owner", "nobody", "revoked-owner", "expired-owner", "someone-else"} {
+			mu.Lock()
+			algs = nil
+			mu.Unlock()
+			wrong := h.newKey()
+			id, err := h.auth(wrong, "AccountId", owner)
+			f := wantFailure(t, id, err, auth.DataFeedKeyFailed)
+			if f.Err != nil {
+				t.Errorf("owner %s: internal error %v", owner, f.Err)
+			}
+			if want == "" {
+				want = f.Error()
+			} else if f.Error() != want {
+				t.Errorf("owner %s: failure %q, want %q as for an owner with a key", owner, f.Error(), want)
+			}
+			mu.Lock()
+			got := slices.Clone(algs)
+			mu.Unlock()
+			if len(got) != 1 || got[0] != Argon2 {
+				t.Errorf("owner %s, wrong key: verifications %v, want exactly one ARGON2", owner, got)
+			}
+			// Repeated, the miss is cached alike: no hashing.
+			mu.Lock()
+			algs = nil
+			mu.Unlock()
+			id, err = h.auth(wrong, "AccountId", owner)
+			wantFailure(t, id, err, auth.DataFeedKeyFailed)
+			mu.Lock()
+			n := len(algs)
+			mu.Unlock()
+			if n != 0 {
+				t.Errorf("owner %s, the same wrong key again: %d verifications, want 0", owner, n)
+			}
+		}
+		// The decoy is made once per store, and never lets a key in.
+		d1, err := h.store.decoy()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d2, _ := h.store.decoy()
+		if d1 != d2 || !d1.decoy || d1.alg != Argon2 || checkStored(d1.hash, d1.salt, d1.alg) != nil {
+			t.Errorf("decoy %+v then %+v, want the same well-formed ARGON2 hash", d1, d2)
+		}
+		// The real keys still work.
+		id, err := h.auth(fileKey, "AccountId", "file-owner")
+		wantIdentity(t, id, err, "file-owner", nil)
+		id, err = h.auth(dbKey, "AccountId", "db-owner")
+		wantIdentity(t, id, err, "db-owner", nil)
+	})
 }
 
 func TestCacheExpiresAndCanBeDisabled(t *testing.T) {
