@@ -202,7 +202,7 @@ type dataFeedKeyJSON struct {
 	Algorithm   string    `json:"algorithm"`
 	Status      string    `json:"status"`
 	CreateTime  string    `json:"createTime"`
-	ExpiryTime  string    `json:"expiryTime"`
+	ExpireTime  string    `json:"expireTime"` // as the API and api-key list name it (before: expiryTime)
 	RevokedTime string    `json:"revokedTime,omitempty"`
 	Attributes  *attr.Map `json:"attributes"`
 }
@@ -228,7 +228,7 @@ func listDataFeedKeys(ctx context.Context, repo *meta.Repo, account string, asJS
 		for _, k := range keys {
 			if err := enc.Encode(dataFeedKeyJSON{
 				ID: k.ID, Account: k.Account, Hint: k.Hint, Algorithm: k.Algorithm, Status: dfkStatus(k, now),
-				CreateTime: ms(k.CreateMs), ExpiryTime: ms(k.ExpiresMs), RevokedTime: ms(k.RevokedMs),
+				CreateTime: ms(k.CreateMs), ExpireTime: ms(k.ExpiresMs), RevokedTime: ms(k.RevokedMs),
 				Attributes: k.Attributes,
 			}); err != nil {
 				return err
