@@ -56,6 +56,44 @@ func TestParseDuration(t *testing.T) {
 	}
 }
 
+// TestParseDurationDays: a whole number of days with a d suffix, as
+// operators type lifetimes; overflow is refused as on the ISO path, and
+// nothing else new (no fractions, signs, weeks or mixed units) is taken.
+func TestParseDurationDays(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"90d": 90 * 24 * time.Hour, "1d": 24 * time.Hour, "0d": 0, "365D": 365 * 24 * time.Hour,
+		" 7d ": 7 * 24 * time.Hour, "106751d": 106751 * 24 * time.Hour,
+	} {
+		got, err := ParseDuration(in)
+		if err != nil || got.D() != want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"106752d", "99999999999999999999d"} {
+		if _, err := ParseDuration(bad); err == nil || !strings.Contains(err.Error(), "too long") {
+			t.Errorf("ParseDuration(%q) = %v; want too long", bad, err)
+		}
+	}
+	for _, bad := range []string{"d", "1.5d", "-1d", "+1d", "1 d", "1d12h", "12h1d", "1w", "1dd", "P1d1"} {
+		_, err := ParseDuration(bad)
+		if err == nil {
+			t.Errorf("ParseDuration(%q) succeeded", bad)
+			continue
+		}
+		// The message lists every accepted form.
+		for _, form := range []string{"30s", "90d", "PT30S"} {
+			if !strings.Contains(err.Error(), form) {
+				t.Errorf("ParseDuration(%q): %v does not name the form %s", bad, err, form)
+			}
+		}
+	}
+	// In the configuration file too.
+	cfg, err := Load(write(t, "security:\n  apiKeys:\n    maxExpiry: 400d\n"))
+	if err != nil || cfg.Security.APIKeys.MaxExpiry.D() != 400*24*time.Hour {
+		t.Errorf("maxExpiry: 400d loaded as %v, %v", cfg.Security.APIKeys.MaxExpiry, err)
+	}
+}
+
 func write(t *testing.T, body string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "weir.yaml")
