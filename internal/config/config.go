@@ -249,6 +249,12 @@ func decodeStrict(b []byte, cfg any) error {
 	}
 }
 
+// The bounds of receive.maxHeaderBytes.
+const (
+	minHeaderBytes = 4 << 10
+	maxHeaderBytes = 1 << 20
+)
+
 // Validate checks the whole configuration and reports every problem at once.
 func (c *Config) Validate() error {
 	var errs []error
@@ -370,8 +376,13 @@ func (c *Config) Validate() error {
 	if r.BodyIdleTimeout <= 0 {
 		add("receive.bodyIdleTimeout: must be positive")
 	}
-	if r.MaxHeaderBytes < 4<<10 {
-		add("receive.maxHeaderBytes: must be at least 4KiB")
+	// The server buffers up to twice this (receive.ServerMaxHeaderBytes)
+	// of each connection's request line and headers before a handler sees
+	// them. The upper bound is Go's own default for
+	// http.Server.MaxHeaderBytes (1MiB), 32 times the reference system's
+	// configured 32KiB (Jetty's default is 8KiB): no sender needs more.
+	if r.MaxHeaderBytes < minHeaderBytes || r.MaxHeaderBytes > maxHeaderBytes {
+		add("receive.maxHeaderBytes: %v is not between %v and %v", r.MaxHeaderBytes, ByteSize(minHeaderBytes), ByteSize(maxHeaderBytes))
 	}
 	if r.MaxZipEntries < 1 {
 		add("receive.maxZipEntries: must be at least 1")

@@ -223,3 +223,41 @@ func TestValidateRetryAfterAndCacheTTL(t *testing.T) {
 		t.Errorf("retryAfter 1s and a cache TTL of 0: %v", err)
 	}
 }
+
+// TestValidateMaxHeaderBytes: receive.maxHeaderBytes is bounded above as
+// well as below (4KiB to 1MiB), in serve's configuration and the proxy's,
+// and the message names the option, the value, the range and, for a value
+// the file sets, the file and line.
+func TestValidateMaxHeaderBytes(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		ok    bool
+	}{
+		{"4KiB", true}, {"64KiB", true}, {"1MiB", true}, {"1048576", true},
+		{"4095", false}, {"0", false}, {"1048577", false}, {"2MiB", false}, {"1G", false}, {"4T", false},
+	} {
+		body := "data: /tmp/x\nreceive:\n  maxHeaderBytes: " + tc.value + "\n"
+		path := write(t, body)
+		cfg, err := Load(path)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.value, err)
+		}
+		p, err := LoadProxy(path)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.value, err)
+		}
+		p.AddForward("http://127.0.0.1:8080/datafeed")
+		for name, err := range map[string]error{"serve": cfg.Validate(), "proxy": p.ValidateProxy()} {
+			if tc.ok {
+				if err != nil {
+					t.Errorf("%s: maxHeaderBytes %s: %v", name, tc.value, err)
+				}
+				continue
+			}
+			want := path + ":3: receive.maxHeaderBytes: " + cfg.Receive.MaxHeaderBytes.String() + " is not between 4KiB and 1MiB"
+			if err := AtLines(path, err); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: maxHeaderBytes %s: %v; want %q", name, tc.value, err, want)
+			}
+		}
+	}
+}
