@@ -109,3 +109,34 @@ func TestServeNamesConfigLines(t *testing.T) {
 		t.Errorf("a refused configuration created the data directory: %v", err)
 	}
 }
+
+// TestServeRefusesBadListen: serve and the proxy refuse a listen address
+// that cannot be bound as validation, with every other problem and
+// before creating anything, naming the option (and the file's line when
+// the file sets it, not when --listen does).
+func TestServeRefusesBadListen(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "weir.yaml")
+	if err := os.WriteFile(path, []byte("log:\n  level: info\nlisten: 8080\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--config", path, "--data", data}, path + `:3: listen: "8080" is not host:port`},
+		{[]string{"proxy", "--config", path, "--data", data, "--forward", "http://127.0.0.1:1/datafeed"}, path + `:3: listen: "8080" is not host:port`},
+		{[]string{"serve", "--config", path, "--data", data, "--listen", ":80800"}, "\n" + `listen: ":80800": the port "80800" is not a number from 0 to 65535`},
+		{[]string{"proxy", "--data", data, "--listen", ":80800", "--forward", "http://127.0.0.1:1/datafeed"}, "\n" + `listen: ":80800": the port`},
+	} {
+		var out, errb bytes.Buffer
+		code := Main(tc.args, &out, &errb)
+		if code != 1 || !strings.Contains(errb.String(), "invalid configuration:") || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("weir %s: exit %d, stderr does not say %q:\n%s", strings.Join(tc.args, " "), code, tc.want, errb.String())
+		}
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Errorf("a refused listen address created the data directory: %v", err)
+	}
+}

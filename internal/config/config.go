@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"github.com/weirhq/weir/internal/auth"
 	"io"
+	"net"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -261,6 +263,8 @@ func (c *Config) Validate() error {
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	if c.Listen == "" {
 		add("listen: must be set (host:port)")
+	} else if err := checkListen(c.Listen); err != nil {
+		add("listen: %v", err)
 	}
 	if c.BasePath != "" && (!strings.HasPrefix(c.BasePath, "/") || strings.HasSuffix(c.BasePath, "/") || strings.ContainsAny(c.BasePath, "?#{} ")) {
 		add("basePath: %q must start with '/', not end with '/', and be a plain path (e.g. /weir)", c.BasePath)
@@ -402,6 +406,29 @@ func (c *Config) Validate() error {
 		add("store.compression: %q is not one of s2, zstd, none", c.Store.Compression)
 	}
 	return errors.Join(errs...)
+}
+
+// checkListen checks a listen address as net.Listen would take it, so that
+// a typo (listen: 8080, :80800) is refused with the configuration's other
+// problems, naming the option, rather than when the server binds. The port
+// must be a number (0: any free port); the host may be empty (every
+// interface), an IP address or a name.
+func checkListen(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			err = errors.New(ae.Err)
+		}
+		return fmt.Errorf("%q is not host:port (e.g. 127.0.0.1:8080, or :8080 for every interface): %v", addr, err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("%q: the port %q is not a number from 0 to 65535", addr, port)
+	}
+	if strings.ContainsAny(host, " \t/") {
+		return fmt.Errorf("%q: the host %q is neither an IP address nor a host name", addr, host)
+	}
+	return nil
 }
 
 // FeedNameRegexp is the compiled feed name pattern; call after Validate.

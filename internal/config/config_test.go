@@ -261,3 +261,51 @@ func TestValidateMaxHeaderBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateListen: a listen address that net.Listen would refuse (or
+// take as a named port) is refused by validation, naming the option and,
+// set in the file, its file and line, in serve's configuration and the
+// proxy's; before, it failed only when the server bound it, with a net
+// error that did not name the option.
+func TestValidateListen(t *testing.T) {
+	for _, ok := range []string{"127.0.0.1:8080", ":8080", "0.0.0.0:0", "localhost:65535", "[::1]:9090", "[::]:80", "weir-1.example.com:443"} {
+		cfg := Default()
+		cfg.Listen = ok
+		p := validProxy()
+		p.Listen = ok
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("listen %q: %v", ok, err)
+		}
+		if err := p.ValidateProxy(); err != nil {
+			t.Errorf("proxy listen %q: %v", ok, err)
+		}
+	}
+	for _, tc := range []struct{ value, want string }{
+		{"8080", `listen: "8080" is not host:port (e.g. 127.0.0.1:8080, or :8080 for every interface): missing port in address`},
+		{"localhost", `listen: "localhost" is not host:port`},
+		{`":80800"`, `listen: ":80800": the port "80800" is not a number from 0 to 65535`},
+		{`":65536"`, `listen: ":65536": the port "65536" is not a number from 0 to 65535`},
+		{`":-1"`, `listen: ":-1": the port "-1" is not a number`},
+		{`"127.0.0.1:"`, `listen: "127.0.0.1:": the port "" is not a number`},
+		{`":http"`, `listen: ":http": the port "http" is not a number`},
+		{`"127.0.0.1:80:80"`, `listen: "127.0.0.1:80:80" is not host:port`},
+		{`"::1:8080"`, `listen: "::1:8080" is not host:port`},
+		{`"my host:8080"`, `listen: "my host:8080": the host "my host" is neither an IP address nor a host name`},
+	} {
+		path := write(t, "data: /tmp/x\nlisten: "+tc.value+"\n")
+		cfg, err := Load(path)
+		if err != nil {
+			t.Fatalf("listen: %s: %v", tc.value, err)
+		}
+		p, err := LoadProxy(path)
+		if err != nil {
+			t.Fatalf("listen: %s: %v", tc.value, err)
+		}
+		p.AddForward("http://127.0.0.1:8080/datafeed")
+		for name, err := range map[string]error{"serve": cfg.Validate(), "proxy": p.ValidateProxy()} {
+			if err := AtLines(path, err); err == nil || !strings.Contains(err.Error(), path+":2: "+tc.want) {
+				t.Errorf("%s: listen: %s: %v; want %q", name, tc.value, err, path+":2: "+tc.want)
+			}
+		}
+	}
+}
