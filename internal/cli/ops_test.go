@@ -140,3 +140,30 @@ func TestServeRefusesBadListen(t *testing.T) {
 		t.Errorf("a refused listen address created the data directory: %v", err)
 	}
 }
+
+// TestAdminRefusesNode: --node, which only weir serve uses, is refused by
+// every admin command (all of them, through openStorage) as a usage error
+// that says so, where it used to be accepted and ignored; a node: in a
+// configuration file shared with serve is no error.
+func TestAdminRefusesNode(t *testing.T) {
+	e := &accessEnv{t: t, data: t.TempDir()}
+	e.ok("feed", "create", "NODE-FEED")
+	for _, args := range [][]string{
+		{"feed", "list", "--node", "n1"},
+		{"stream", "list", "--node=n1"},
+		{"stream", "cat", "1", "--node", "n1"},
+		{"receipt-rules", "show", "--node", "n1"},
+		{"datafeed-key", "list", "--node", "n1"},
+		{"api-key", "list", "--node", "n1"},
+		{"user", "list", "--node", "n1"},
+	} {
+		e.fail(2, args, "--node applies to weir serve only", "admin commands act on the whole data directory or database")
+	}
+	path := filepath.Join(t.TempDir(), "weir.yaml")
+	if err := os.WriteFile(path, []byte("node: n1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := e.ok("feed", "list", "--config", path); !strings.Contains(out, "NODE-FEED") {
+		t.Errorf("feed list with node: in the file: %q", out)
+	}
+}
