@@ -62,7 +62,7 @@ func adminAccess(subject, action string, args []string, stdout, stderr io.Writer
 		fs.StringVar(&f.user, "user", "", "the user the key authenticates as (required)")
 		fs.StringVar(&f.name, "name", "", "a name for the key, unique for the user (default: its prefix)")
 		fs.StringVar(&f.comments, "comments", "", "free text, e.g. where the key is used")
-		fs.StringVar(&f.expires, "expires", "", "lifetime, e.g. 720h or P30D (default and maximum: security.apiKeys.maxExpiry)")
+		fs.StringVar(&f.expires, "expires", "", `lifetime: days ("90d"), a Go duration ("720h") or ISO-8601 ("P90D"); default and maximum: security.apiKeys.maxExpiry`)
 	case "api-key list":
 		fs.StringVar(&f.user, "user", "", "only this user's keys")
 		fs.BoolVar(&f.json, "json", false, "one JSON object per line")

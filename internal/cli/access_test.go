@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/meta"
@@ -240,4 +241,26 @@ func testAccessCLI(t *testing.T, e *accessEnv) {
 	if _, reason := e.principal(key); reason != access.ReasonUnknown {
 		t.Errorf("deleted key: %s", reason)
 	}
+}
+
+// TestAPIKeyExpiresInDays: api-key create takes --expires 90d, as
+// datafeed-key create does (both through config.ParseDuration).
+func TestAPIKeyExpiresInDays(t *testing.T) {
+	e := &accessEnv{t: t, data: t.TempDir()}
+	e.ok("user", "create", "alice")
+	before := time.Now()
+	e.ok("api-key", "create", "--user", "alice", "--name", "ops", "--expires", "90d")
+	var kj apiKeyJSON
+	if err := json.Unmarshal([]byte(e.ok("api-key", "list", "--user", "alice", "--json")), &kj); err != nil {
+		t.Fatal(err)
+	}
+	expires, err := time.Parse(time.RFC3339, kj.ExpireTime)
+	if err != nil {
+		t.Fatalf("expireTime %q: %v", kj.ExpireTime, err)
+	}
+	if d := expires.Sub(before); d < 90*24*time.Hour-time.Second || d > 90*24*time.Hour+time.Minute {
+		t.Errorf("--expires 90d: the key expires %v after its creation, want 90 days", d)
+	}
+	e.fail(1, []string{"api-key", "create", "--user", "alice", "--expires", "0d"}, "must be positive")
+	e.fail(1, []string{"api-key", "create", "--user", "alice", "--expires", "1.5d"}, "--expires", "90d")
 }

@@ -173,6 +173,7 @@ func (c *common) register(fs *flag.FlagSet, server bool) {
 		fs.StringVar(&c.listen, "listen", "", "address to listen on (default 127.0.0.1:8080)")
 		c.profiles.register(fs)
 	}
+	// Admin commands parse --node only to refuse it (see openStorage).
 	fs.StringVar(&c.node, "node", "", "node name used in receipt ids (default: the host name)")
 }
 
@@ -221,6 +222,16 @@ func flagOptions(fs *flag.FlagSet) []string {
 // opens its storage read-only (safe beside a running server). The caller
 // closes the storage.
 func (c *common) openStorage(fs *flag.FlagSet, stderr io.Writer) (config.Config, *app.Open, error) {
+	// An admin command runs as no node: it opens the store read-only (no
+	// recovery of a node's leftovers, no pack files, no node lock) and
+	// reads and changes rows, which belong to no node. --node would be
+	// silently ignored, as if it chose whose streams are listed or
+	// recovered; it does not. (A node: in a configuration file shared
+	// with serve is no error.)
+	if visited(fs, "node") {
+		return config.Config{}, nil, usagef("--node applies to weir serve only (the node a server runs as, named in its receipt ids; " +
+			"a proxy's is --proxy-id): admin commands act on the whole data directory or database, as no node")
+	}
 	cfg, err := c.load(fs)
 	if err != nil {
 		return cfg, nil, err

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -124,26 +123,15 @@ func adminDataFeedKey(action string, args []string, stdout, stderr io.Writer) er
 	}
 }
 
-// parseKeyLifetime accepts a whole number of days ("90d"), which
-// config.ParseDuration does not, and every form it does. The lifetime must be
-// positive and small enough not to overflow.
+// parseKeyLifetime accepts every form config.ParseDuration does (90d,
+// 720h, P90D). The lifetime must be positive.
 func parseKeyLifetime(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	const day = 24 * time.Hour
-	if n, ok := strings.CutSuffix(strings.ToLower(s), "d"); ok {
-		if days, err := strconv.ParseInt(n, 10, 64); err == nil {
-			if days <= 0 || days > int64(math.MaxInt64/int64(day)) {
-				return 0, fmt.Errorf("%q: want a positive number of days, at most %d", s, int64(math.MaxInt64/int64(day)))
-			}
-			return time.Duration(days) * day, nil
-		}
-	}
 	d, err := config.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf("%w (or a number of days such as 90d)", err)
+		return 0, err
 	}
 	if d <= 0 {
-		return 0, fmt.Errorf("%q: the lifetime must be positive", s)
+		return 0, fmt.Errorf("%q: the lifetime must be positive", strings.TrimSpace(s))
 	}
 	return d.D(), nil
 }
@@ -202,7 +190,7 @@ type dataFeedKeyJSON struct {
 	Algorithm   string    `json:"algorithm"`
 	Status      string    `json:"status"`
 	CreateTime  string    `json:"createTime"`
-	ExpiryTime  string    `json:"expiryTime"`
+	ExpireTime  string    `json:"expireTime"` // as the API and api-key list name it (before: expiryTime)
 	RevokedTime string    `json:"revokedTime,omitempty"`
 	Attributes  *attr.Map `json:"attributes"`
 }
@@ -228,7 +216,7 @@ func listDataFeedKeys(ctx context.Context, repo *meta.Repo, account string, asJS
 		for _, k := range keys {
 			if err := enc.Encode(dataFeedKeyJSON{
 				ID: k.ID, Account: k.Account, Hint: k.Hint, Algorithm: k.Algorithm, Status: dfkStatus(k, now),
-				CreateTime: ms(k.CreateMs), ExpiryTime: ms(k.ExpiresMs), RevokedTime: ms(k.RevokedMs),
+				CreateTime: ms(k.CreateMs), ExpireTime: ms(k.ExpiresMs), RevokedTime: ms(k.RevokedMs),
 				Attributes: k.Attributes,
 			}); err != nil {
 				return err

@@ -159,6 +159,14 @@ func TestDataFeedKeyCommands(t *testing.T) {
 		if a, _ := rows[0]["attributes"].(map[string]any); a["System"] != "EXAMPLE" {
 			t.Errorf("list --json attributes = %v", rows[0]["attributes"])
 		}
+		// The names the API and `api-key list --json` use.
+		if rows[0]["expireTime"] != ms(stored.ExpiresMs) || rows[0]["createTime"] != ms(stored.CreateMs) {
+			t.Errorf("list --json expireTime, createTime = %v, %v; want %s, %s",
+				rows[0]["expireTime"], rows[0]["createTime"], ms(stored.ExpiresMs), ms(stored.CreateMs))
+		}
+		if _, ok := rows[0]["expiryTime"]; ok {
+			t.Errorf("list --json still has expiryTime: %s", r.stdout)
+		}
 
 		// Revoking stops the key at once, although the store has it cached.
 		r = dfk(st, "revoke", "1")

@@ -109,3 +109,61 @@ func TestServeNamesConfigLines(t *testing.T) {
 		t.Errorf("a refused configuration created the data directory: %v", err)
 	}
 }
+
+// TestServeRefusesBadListen: serve and the proxy refuse a listen address
+// that cannot be bound as validation, with every other problem and
+// before creating anything, naming the option (and the file's line when
+// the file sets it, not when --listen does).
+func TestServeRefusesBadListen(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "weir.yaml")
+	if err := os.WriteFile(path, []byte("log:\n  level: info\nlisten: 8080\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--config", path, "--data", data}, path + `:3: listen: "8080" is not host:port`},
+		{[]string{"proxy", "--config", path, "--data", data, "--forward", "http://127.0.0.1:1/datafeed"}, path + `:3: listen: "8080" is not host:port`},
+		{[]string{"serve", "--config", path, "--data", data, "--listen", ":80800"}, "\n" + `listen: ":80800": the port "80800" is not a number from 0 to 65535`},
+		{[]string{"proxy", "--data", data, "--listen", ":80800", "--forward", "http://127.0.0.1:1/datafeed"}, "\n" + `listen: ":80800": the port`},
+	} {
+		var out, errb bytes.Buffer
+		code := Main(tc.args, &out, &errb)
+		if code != 1 || !strings.Contains(errb.String(), "invalid configuration:") || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("weir %s: exit %d, stderr does not say %q:\n%s", strings.Join(tc.args, " "), code, tc.want, errb.String())
+		}
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Errorf("a refused listen address created the data directory: %v", err)
+	}
+}
+
+// TestAdminRefusesNode: --node, which only weir serve uses, is refused by
+// every admin command (all of them, through openStorage) as a usage error
+// that says so, where it used to be accepted and ignored; a node: in a
+// configuration file shared with serve is no error.
+func TestAdminRefusesNode(t *testing.T) {
+	e := &accessEnv{t: t, data: t.TempDir()}
+	e.ok("feed", "create", "NODE-FEED")
+	for _, args := range [][]string{
+		{"feed", "list", "--node", "n1"},
+		{"stream", "list", "--node=n1"},
+		{"stream", "cat", "1", "--node", "n1"},
+		{"receipt-rules", "show", "--node", "n1"},
+		{"datafeed-key", "list", "--node", "n1"},
+		{"api-key", "list", "--node", "n1"},
+		{"user", "list", "--node", "n1"},
+	} {
+		e.fail(2, args, "--node applies to weir serve only", "admin commands act on the whole data directory or database")
+	}
+	path := filepath.Join(t.TempDir(), "weir.yaml")
+	if err := os.WriteFile(path, []byte("node: n1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := e.ok("feed", "list", "--config", path); !strings.Contains(out, "NODE-FEED") {
+		t.Errorf("feed list with node: in the file: %q", out)
+	}
+}

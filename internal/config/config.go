@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"github.com/weirhq/weir/internal/auth"
 	"io"
+	"net"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -256,12 +258,20 @@ func decodeStrict(b []byte, cfg any) error {
 	}
 }
 
+// The bounds of receive.maxHeaderBytes.
+const (
+	minHeaderBytes = 4 << 10
+	maxHeaderBytes = 1 << 20
+)
+
 // Validate checks the whole configuration and reports every problem at once.
 func (c *Config) Validate() error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	if c.Listen == "" {
 		add("listen: must be set (host:port)")
+	} else if err := checkListen(c.Listen); err != nil {
+		add("listen: %v", err)
 	}
 	if c.BasePath != "" && (!strings.HasPrefix(c.BasePath, "/") || strings.HasSuffix(c.BasePath, "/") || strings.ContainsAny(c.BasePath, "?#{} ")) {
 		add("basePath: %q must start with '/', not end with '/', and be a plain path (e.g. /weir)", c.BasePath)
@@ -380,8 +390,13 @@ func (c *Config) Validate() error {
 	if r.BodyIdleTimeout <= 0 {
 		add("receive.bodyIdleTimeout: must be positive")
 	}
-	if r.MaxHeaderBytes < 4<<10 {
-		add("receive.maxHeaderBytes: must be at least 4KiB")
+	// The server buffers up to twice this (receive.ServerMaxHeaderBytes)
+	// of each connection's request line and headers before a handler sees
+	// them. The upper bound is Go's own default for
+	// http.Server.MaxHeaderBytes (1MiB), 32 times the reference system's
+	// configured 32KiB (Jetty's default is 8KiB): no sender needs more.
+	if r.MaxHeaderBytes < minHeaderBytes || r.MaxHeaderBytes > maxHeaderBytes {
+		add("receive.maxHeaderBytes: %v is not between %v and %v", r.MaxHeaderBytes, ByteSize(minHeaderBytes), ByteSize(maxHeaderBytes))
 	}
 	if r.MaxZipEntries < 1 {
 		add("receive.maxZipEntries: must be at least 1")
@@ -401,6 +416,29 @@ func (c *Config) Validate() error {
 		add("store.compression: %q is not one of s2, zstd, none", c.Store.Compression)
 	}
 	return errors.Join(errs...)
+}
+
+// checkListen checks a listen address as net.Listen would take it, so that
+// a typo (listen: 8080, :80800) is refused with the configuration's other
+// problems, naming the option, rather than when the server binds. The port
+// must be a number (0: any free port); the host may be empty (every
+// interface), an IP address or a name.
+func checkListen(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			err = errors.New(ae.Err)
+		}
+		return fmt.Errorf("%q is not host:port (e.g. 127.0.0.1:8080, or :8080 for every interface): %v", addr, err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("%q: the port %q is not a number from 0 to 65535", addr, port)
+	}
+	if strings.ContainsAny(host, " \t/") {
+		return fmt.Errorf("%q: the host %q is neither an IP address nor a host name", addr, host)
+	}
+	return nil
 }
 
 // FeedNameRegexp is the compiled feed name pattern; call after Validate.

@@ -56,6 +56,44 @@ func TestParseDuration(t *testing.T) {
 	}
 }
 
+// TestParseDurationDays: a whole number of days with a d suffix, as
+// operators type lifetimes; overflow is refused as on the ISO path, and
+// nothing else new (no fractions, signs, weeks or mixed units) is taken.
+func TestParseDurationDays(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"90d": 90 * 24 * time.Hour, "1d": 24 * time.Hour, "0d": 0, "365D": 365 * 24 * time.Hour,
+		" 7d ": 7 * 24 * time.Hour, "106751d": 106751 * 24 * time.Hour,
+	} {
+		got, err := ParseDuration(in)
+		if err != nil || got.D() != want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"106752d", "99999999999999999999d"} {
+		if _, err := ParseDuration(bad); err == nil || !strings.Contains(err.Error(), "too long") {
+			t.Errorf("ParseDuration(%q) = %v; want too long", bad, err)
+		}
+	}
+	for _, bad := range []string{"d", "1.5d", "-1d", "+1d", "1 d", "1d12h", "12h1d", "1w", "1dd", "P1d1"} {
+		_, err := ParseDuration(bad)
+		if err == nil {
+			t.Errorf("ParseDuration(%q) succeeded", bad)
+			continue
+		}
+		// The message lists every accepted form.
+		for _, form := range []string{"30s", "90d", "PT30S"} {
+			if !strings.Contains(err.Error(), form) {
+				t.Errorf("ParseDuration(%q): %v does not name the form %s", bad, err, form)
+			}
+		}
+	}
+	// In the configuration file too.
+	cfg, err := Load(write(t, "security:\n  apiKeys:\n    maxExpiry: 400d\n"))
+	if err != nil || cfg.Security.APIKeys.MaxExpiry.D() != 400*24*time.Hour {
+		t.Errorf("maxExpiry: 400d loaded as %v, %v", cfg.Security.APIKeys.MaxExpiry, err)
+	}
+}
+
 func write(t *testing.T, body string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "weir.yaml")
@@ -184,5 +222,91 @@ func TestValidateRetryAfterAndCacheTTL(t *testing.T) {
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("retryAfter 1s and a cache TTL of 0: %v", err)
+	}
+}
+
+// TestValidateMaxHeaderBytes: receive.maxHeaderBytes is bounded above as
+// well as below (4KiB to 1MiB), in serve's configuration and the proxy's,
+// and the message names the option, the value, the range and, for a value
+// the file sets, the file and line.
+func TestValidateMaxHeaderBytes(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		ok    bool
+	}{
+		{"4KiB", true}, {"64KiB", true}, {"1MiB", true}, {"1048576", true},
+		{"4095", false}, {"0", false}, {"1048577", false}, {"2MiB", false}, {"1G", false}, {"4T", false},
+	} {
+		body := "data: /tmp/x\nreceive:\n  maxHeaderBytes: " + tc.value + "\n"
+		path := write(t, body)
+		cfg, err := Load(path)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.value, err)
+		}
+		p, err := LoadProxy(path)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.value, err)
+		}
+		p.AddForward("http://127.0.0.1:8080/datafeed")
+		for name, err := range map[string]error{"serve": cfg.Validate(), "proxy": p.ValidateProxy()} {
+			if tc.ok {
+				if err != nil {
+					t.Errorf("%s: maxHeaderBytes %s: %v", name, tc.value, err)
+				}
+				continue
+			}
+			want := path + ":3: receive.maxHeaderBytes: " + cfg.Receive.MaxHeaderBytes.String() + " is not between 4KiB and 1MiB"
+			if err := AtLines(path, err); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: maxHeaderBytes %s: %v; want %q", name, tc.value, err, want)
+			}
+		}
+	}
+}
+
+// TestValidateListen: a listen address that net.Listen would refuse (or
+// take as a named port) is refused by validation, naming the option and,
+// set in the file, its file and line, in serve's configuration and the
+// proxy's; before, it failed only when the server bound it, with a net
+// error that did not name the option.
+func TestValidateListen(t *testing.T) {
+	for _, ok := range []string{"127.0.0.1:8080", ":8080", "0.0.0.0:0", "localhost:65535", "[::1]:9090", "[::]:80", "weir-1.example.com:443"} {
+		cfg := Default()
+		cfg.Listen = ok
+		p := validProxy()
+		p.Listen = ok
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("listen %q: %v", ok, err)
+		}
+		if err := p.ValidateProxy(); err != nil {
+			t.Errorf("proxy listen %q: %v", ok, err)
+		}
+	}
+	for _, tc := range []struct{ value, want string }{
+		{"8080", `listen: "8080" is not host:port (e.g. 127.0.0.1:8080, or :8080 for every interface): missing port in address`},
+		{"localhost", `listen: "localhost" is not host:port`},
+		{`":80800"`, `listen: ":80800": the port "80800" is not a number from 0 to 65535`},
+		{`":65536"`, `listen: ":65536": the port "65536" is not a number from 0 to 65535`},
+		{`":-1"`, `listen: ":-1": the port "-1" is not a number`},
+		{`"127.0.0.1:"`, `listen: "127.0.0.1:": the port "" is not a number`},
+		{`":http"`, `listen: ":http": the port "http" is not a number`},
+		{`"127.0.0.1:80:80"`, `listen: "127.0.0.1:80:80" is not host:port`},
+		{`"::1:8080"`, `listen: "::1:8080" is not host:port`},
+		{`"my host:8080"`, `listen: "my host:8080": the host "my host" is neither an IP address nor a host name`},
+	} {
+		path := write(t, "data: /tmp/x\nlisten: "+tc.value+"\n")
+		cfg, err := Load(path)
+		if err != nil {
+			t.Fatalf("listen: %s: %v", tc.value, err)
+		}
+		p, err := LoadProxy(path)
+		if err != nil {
+			t.Fatalf("listen: %s: %v", tc.value, err)
+		}
+		p.AddForward("http://127.0.0.1:8080/datafeed")
+		for name, err := range map[string]error{"serve": cfg.Validate(), "proxy": p.ValidateProxy()} {
+			if err := AtLines(path, err); err == nil || !strings.Contains(err.Error(), path+":2: "+tc.want) {
+				t.Errorf("%s: listen: %s: %v; want %q", name, tc.value, err, path+":2: "+tc.want)
+			}
+		}
 	}
 }

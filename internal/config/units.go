@@ -58,11 +58,16 @@ func (b ByteSize) String() string {
 	return strconv.FormatInt(int64(b), 10) + "B"
 }
 
-// Duration is a time.Duration that reads Go durations ("30s", "1m30s") and
-// the ISO-8601 forms the reference system's configuration uses ("PT30S").
+// Duration is a time.Duration that reads Go durations ("30s", "1m30s"), a
+// whole number of days ("90d", which Go's durations lack and operators
+// type) and the ISO-8601 forms the reference system's configuration uses
+// ("PT30S", "P90D").
 type Duration time.Duration
 
-var isoDurationRE = regexp.MustCompile(`^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$`)
+var (
+	isoDurationRE = regexp.MustCompile(`^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$`)
+	daysRE        = regexp.MustCompile(`^(\d+)D$`)
+)
 
 // ParseDuration parses the forms described on Duration.
 func ParseDuration(s string) (Duration, error) {
@@ -70,13 +75,21 @@ func ParseDuration(s string) (Duration, error) {
 	if d, err := time.ParseDuration(s); err == nil {
 		return Duration(d), nil
 	}
+	tooLong := fmt.Errorf("duration %q is too long (at most about 292 years)", s)
+	const day = 24 * time.Hour
+	if m := daysRE.FindStringSubmatch(strings.ToUpper(s)); m != nil {
+		n, err := strconv.ParseInt(m[1], 10, 64)
+		if err != nil || n > int64(math.MaxInt64/day) {
+			return 0, tooLong
+		}
+		return Duration(time.Duration(n) * day), nil
+	}
 	m := isoDurationRE.FindStringSubmatch(strings.ToUpper(s))
 	if m == nil || s == "P" || strings.HasSuffix(strings.ToUpper(s), "T") {
-		return 0, fmt.Errorf("duration %q: want a Go duration such as 30s or an ISO-8601 duration such as PT30S", s)
+		return 0, fmt.Errorf("duration %q: want a Go duration such as 30s, a whole number of days such as 90d, or an ISO-8601 duration such as PT30S", s)
 	}
-	tooLong := fmt.Errorf("duration %q is too long (at most about 292 years)", s)
 	var d time.Duration
-	for i, unit := range []time.Duration{24 * time.Hour, time.Hour, time.Minute} {
+	for i, unit := range []time.Duration{day, time.Hour, time.Minute} {
 		if m[i+1] != "" {
 			n, err := strconv.ParseInt(m[i+1], 10, 64)
 			if err != nil || n > int64(math.MaxInt64/unit) || time.Duration(n)*unit > math.MaxInt64-d {
