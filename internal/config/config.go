@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/weirhq/weir/internal/auth"
 	"io"
 	"net"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/weirhq/weir/internal/auth"
 	"github.com/weirhq/weir/internal/feed"
 )
 
@@ -272,6 +272,9 @@ func (c *Config) Validate() error {
 		add("listen: must be set (host:port)")
 	} else if err := checkListen(c.Listen); err != nil {
 		add("listen: %v", err)
+	}
+	if c.Node != "" && !validNodeName(c.Node) {
+		add("node: %q may contain only letters, digits and '-' (it is part of every receipt id)", c.Node)
 	}
 	if c.BasePath != "" && (!strings.HasPrefix(c.BasePath, "/") || strings.HasSuffix(c.BasePath, "/") || strings.ContainsAny(c.BasePath, "?#{} ")) {
 		add("basePath: %q must start with '/', not end with '/', and be a plain path (e.g. /weir)", c.BasePath)

@@ -310,3 +310,37 @@ func TestValidateListen(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateNode: a node name that cannot be part of a receipt id is a
+// configuration error naming the option and its line, reported with the
+// file's other problems rather than when the server starts.
+func TestValidateNode(t *testing.T) {
+	for _, ok := range []string{"", "node-1", "A9"} {
+		cfg := Default()
+		cfg.Node = ok
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("node %q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"node_1", "node 1", "nœud", "a.b"} {
+		path := write(t, "data: /tmp/x\nnode: \""+bad+"\"\n")
+		cfg, err := Load(path)
+		if err != nil {
+			t.Fatalf("node: %s: %v", bad, err)
+		}
+		want := path + ":2: node: \"" + bad + "\" may contain only letters, digits and '-'"
+		if err := AtLines(path, cfg.Validate()); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("node: %s: %v; want %q", bad, err, want)
+		}
+	}
+}
+
+// TestValidateProxyRefusesNode: a proxy names its receipt ids by proxyId;
+// a node name in its configuration would be ignored, so it is refused.
+func TestValidateProxyRefusesNode(t *testing.T) {
+	p := validProxy()
+	p.Node = "node-1"
+	if err := p.ValidateProxy(); err == nil || !strings.Contains(err.Error(), "node: weir proxy takes no node name") {
+		t.Errorf("proxy with node: %v", err)
+	}
+}

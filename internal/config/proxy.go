@@ -283,6 +283,9 @@ func IsEnabled(b *bool) bool { return b == nil || *b }
 func (p *Proxy) ValidateProxy() error {
 	errs := []error{p.Validate()}
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if p.Node != "" {
+		add("node: weir proxy takes no node name (its receipt ids name its proxyId); remove it")
+	}
 	if p.ProxyID != "" && !validNodeName(p.ProxyID) {
 		add("proxyId: %q may contain only letters, digits and '-'", p.ProxyID)
 	}
