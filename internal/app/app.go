@@ -52,8 +52,9 @@ type App struct {
 	dbReady  readinessLog // what /readyz last logged of the database
 	proxy    *proxy.Proxy // nil on the main service
 	closers  []func()     // run when storage closes
-	// unlockNode releases the node's lock in the database.
-	unlockNode func()
+	// nodeLock is the node's lock in the database; posts are refused and
+	// the server is not ready while it is lost.
+	nodeLock *meta.NodeLock
 }
 
 // NewLogger builds the process logger from the log settings.
@@ -106,9 +107,9 @@ type Open struct {
 	Repo  *meta.Repo
 	Codec *streamfile.Codec
 	Store *store.Store
-	// unlockNode releases the node's lock in the database (see
+	// nodeLock is the node's lock in the database (see
 	// meta.Repo.LockNode); nil when read-only.
-	unlockNode func()
+	nodeLock *meta.NodeLock
 }
 
 // Close releases what OpenStorage opened.
@@ -119,9 +120,9 @@ func (o *Open) Close() {
 	if o.Codec != nil {
 		o.Codec.Close()
 	}
-	if o.unlockNode != nil {
-		o.unlockNode()
-		o.unlockNode = nil
+	if o.nodeLock != nil {
+		o.nodeLock.Release()
+		o.nodeLock = nil
 	}
 	if o.Repo != nil {
 		_ = o.Repo.Close()
@@ -138,7 +139,7 @@ func OpenStorage(ctx context.Context, cfg config.Config, node string, log *slog.
 	}
 	// Before the store recovers the node's streams: another server's.
 	if !readOnly {
-		if o.unlockNode, err = o.Repo.LockNode(ctx, node); err != nil {
+		if o.nodeLock, err = o.Repo.LockNode(ctx, node, meta.NodeLockOptions{CheckInterval: cfg.NodeLockCheckInterval}); err != nil {
 			o.Close()
 			return nil, err
 		}
@@ -215,7 +216,7 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
-	a.repo, a.codec, a.store, a.unlockNode = st.Repo, st.Codec, st.Store, st.unlockNode
+	a.repo, a.codec, a.store, a.nodeLock = st.Repo, st.Codec, st.Store, st.nodeLock
 	if a.sec, err = newSecurity(ctx, cfg, a.repo, log); err != nil {
 		return nil, err
 	}
@@ -232,6 +233,7 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 		Config: cfg.Receive, Feeds: meta.NewFeedCache(a.repo, cfg.Receive.FeedCacheTTL.D()), Store: a.store, IDs: ids, Host: host, TempDir: tmp,
 		Auth: a.sec.chain, CertAttributes: a.sec.certs.Attributes, Forwarded: a.repo,
 		Log: log.With("log", "receive"), Metrics: receive.NewMetrics(a.registry),
+		Receiving: a.nodeLock.Err,
 	}
 	a.pruneForwardedPosts(log, cfg.Receive.ForwardedPostsKept.D())
 	mux := http.NewServeMux()
@@ -352,6 +354,9 @@ func (a *App) ready(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Context().Err() == nil { // not a prober that went away meanwhile
 		a.dbReady.observe(a.log, dbErr, time.Now())
+	}
+	if err := a.nodeLock.Err(); err != nil {
+		problems = append(problems, err.Error())
 	}
 	if free, err := freeBytes(a.cfg.Data); err == nil && free < 64<<20 {
 		problems = append(problems, fmt.Sprintf("data volume has only %d bytes free", free))
@@ -481,8 +486,8 @@ func (a *App) closeStorage() {
 		a.sec.close()
 		a.sec = nil
 	}
-	(&Open{Repo: a.repo, Codec: a.codec, Store: a.store, unlockNode: a.unlockNode}).Close()
-	a.repo, a.codec, a.store, a.unlockNode = nil, nil, nil, nil
+	(&Open{Repo: a.repo, Codec: a.codec, Store: a.store, nodeLock: a.nodeLock}).Close()
+	a.repo, a.codec, a.store, a.nodeLock = nil, nil, nil, nil
 	if a.lock != nil {
 		_ = a.lock.Close()
 		a.lock = nil

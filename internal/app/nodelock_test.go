@@ -2,11 +2,14 @@ package app_test
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir/internal/app"
 	"github.com/weirhq/weir/internal/app/apptest"
@@ -58,4 +61,228 @@ func TestNodeNameInUseOnPostgres(t *testing.T) {
 
 	first.Stop()
 	apptest.StartConfig(t, second).Stop()
+}
+
+// lockWatch looks at the node lock of a server's PostgreSQL schema from a
+// session of its own.
+type lockWatch struct {
+	t    testing.TB
+	db   *sql.DB
+	node string
+}
+
+func newLockWatch(t testing.TB, dsn, node string) *lockWatch {
+	t.Helper()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return &lockWatch{t: t, db: db, node: node}
+}
+
+// nodeLockKeys are the advisory lock's keys as meta.Repo.LockNode takes
+// them: the search path's schema (the test's) and the node name.
+const nodeLockKeys = `$1::int4, hashtext(coalesce(current_schema(), '') || '/' || $2)`
+
+// holder is the pid of the session holding the node lock (the server's
+// or another), 0 if none.
+func (w *lockWatch) holder() int {
+	w.t.Helper()
+	var pid int
+	err := w.db.QueryRow(`SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND a.datname = current_database()
+		AND l.classid = $1::int4::oid AND l.objid = hashtext(coalesce(current_schema(), '') || '/' || $2)::oid
+		AND l.objsubid = 2`, 0x77656973, w.node).Scan(&pid)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0
+	}
+	if err != nil {
+		w.t.Fatalf("find the node lock's session: %v", err)
+	}
+	return pid
+}
+
+// kill ends a session, as an operator's pg_terminate_backend, a database
+// restart or a cut connection would.
+func (w *lockWatch) kill(pid int) {
+	w.t.Helper()
+	var ok bool
+	if err := w.db.QueryRow(`SELECT pg_terminate_backend($1)`, pid).Scan(&ok); err != nil || !ok {
+		w.t.Fatalf("terminate backend %d: %v %v", pid, ok, err)
+	}
+}
+
+// poll waits for cond, up to a deadline generous enough for a slow,
+// shared machine; never a measure of speed.
+func pollLong(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// nodeLockServer starts a server on PostgreSQL that checks its node lock
+// often, with a feed to post to.
+func nodeLockServer(t *testing.T) (*apptest.Server, *lockWatch) {
+	cfg := apptest.Config(t)
+	if cfg.DB == "" {
+		cfg.DB = metatest.PostgresDSN(t) // skips without WEIR_TEST_POSTGRES_DSN
+	}
+	cfg.NodeLockCheckInterval = 50 * time.Millisecond
+	s := apptest.StartConfig(t, cfg)
+	s.CreateFeed("NODE-FEED", "", "")
+	return s, newLockWatch(t, cfg.DB, cfg.Node)
+}
+
+func readyz(t testing.TB, s *apptest.Server) *resp {
+	t.Helper()
+	return send(t, s, http.MethodGet, "/readyz", nil)
+}
+
+// logCount counts the server's log lines containing s.
+func logCount(srv *apptest.Server, s string) int {
+	return strings.Count(srv.Logs.String(), s)
+}
+
+const (
+	logLost   = "lost the node's lock in the PostgreSQL database"
+	logOther  = "another session took this node's lock"
+	logRegain = "took the node's lock in the PostgreSQL database again"
+)
+
+// TestNodeLockTakenAgainAfterSessionEnds: the session holding the node
+// lock is terminated (as by pg_terminate_backend, a database restart or a
+// cut connection), which releases the lock. The server notices, takes the
+// lock again on a new session and goes on receiving. It used to go on
+// without the lock, so that a second server could start as the same node.
+func TestNodeLockTakenAgainAfterSessionEnds(t *testing.T) {
+	s, w := nodeLockServer(t)
+	post(t, s, []byte("before\n"), "Feed", "NODE-FEED").ok(t)
+	first := w.holder()
+	if first == 0 {
+		t.Fatal("the server holds no node lock")
+	}
+	w.kill(first)
+	var again int
+	pollLong(t, "the node lock taken on a new session", func() bool {
+		again = w.holder()
+		return again != 0 && again != first
+	})
+	pollLong(t, "posts accepted again", func() bool {
+		return post(t, s, []byte("after\n"), "Feed", "NODE-FEED").code == http.StatusOK
+	})
+	id := post(t, s, []byte("after\n"), "Feed", "NODE-FEED").ok(t)
+	if !strings.HasSuffix(id, "_S_test-node") {
+		t.Errorf("receipt id %q", id)
+	}
+	if r := readyz(t, s); r.code != http.StatusOK {
+		t.Errorf("/readyz: %d %q", r.code, r.body)
+	}
+	if got := w.holder(); got != again {
+		t.Errorf("the node lock moved from session %d to %d", again, got)
+	}
+	// One line when it is lost, one when it is taken again.
+	pollLong(t, "the node lock's log lines", func() bool { return logCount(s, logRegain) == 1 })
+	if n, m := logCount(s, logLost), logCount(s, logOther); n != 1 || m != 0 {
+		t.Errorf("logged the loss %d times and another holder %d times, want 1 and 0:\n%s", n, m, s.Logs)
+	}
+}
+
+// TestNodeLockHeldByAnotherAfterSessionEnds: when the lock's session ends
+// and another session takes the lock first (a second server starting as
+// the same node), the server refuses posts with 503 and Retry-After, is
+// not ready, and logs an error once; when the other releases the lock, the
+// server takes it and receives again by itself.
+func TestNodeLockHeldByAnotherAfterSessionEnds(t *testing.T) {
+	s, w := nodeLockServer(t)
+	post(t, s, []byte("before\n"), "Feed", "NODE-FEED").ok(t)
+	first := w.holder()
+	if first == 0 {
+		t.Fatal("the server holds no node lock")
+	}
+
+	// Another session queues for the lock, so that it gets it the moment
+	// the server's session ends, before the server can take it again.
+	ctx := context.Background()
+	other, err := w.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	var otherPID int
+	if err := other.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&otherPID); err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan error, 1)
+	go func() {
+		_, err := other.ExecContext(ctx, `SELECT pg_advisory_lock(`+nodeLockKeys+`)`, 0x77656973, "test-node")
+		granted <- err
+	}()
+	pollLong(t, "the other session waiting for the lock", func() bool {
+		var waiting bool
+		if err := w.db.QueryRow(`SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND locktype = 'advisory' AND NOT granted)`,
+			otherPID).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return waiting
+	})
+	w.kill(first)
+	select {
+	case err := <-granted:
+		if err != nil {
+			t.Fatalf("the other session's lock: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the other session did not get the lock")
+	}
+	if got := w.holder(); got != otherPID {
+		t.Fatalf("the node lock is held by %d, want the other session %d", got, otherPID)
+	}
+
+	var r *resp
+	pollLong(t, "posts refused as another server holds the lock", func() bool {
+		r = post(t, s, []byte("refused\n"), "Feed", "NODE-FEED")
+		return strings.Contains(r.header.Get("Service-Error"), "another session holds it")
+	})
+	r.fails(t, http.StatusServiceUnavailable, 503, "Feed: NODE-FEED", `node "test-node"`, "the node lock is lost")
+	if ra := r.header.Get("Retry-After"); ra == "" {
+		t.Error("no Retry-After")
+	}
+	if rd := readyz(t, s); rd.code != http.StatusServiceUnavailable || !strings.Contains(rd.body, "the node lock is lost") {
+		t.Errorf("/readyz while another holds the lock: %d %q", rd.code, rd.body)
+	}
+	pollLong(t, "the other holder's error logged", func() bool { return logCount(s, logOther) == 1 })
+	// Several more checks find the lock held: still one line each.
+	time.Sleep(500 * time.Millisecond)
+	if n, m := logCount(s, logLost), logCount(s, logOther); n != 1 || m != 1 {
+		t.Errorf("logged the loss %d times and another holder %d times, want 1 each", n, m)
+	}
+	if !strings.Contains(s.Logs.String(), `"level":"ERROR","msg":"`+logOther) {
+		t.Errorf("the other holder is not logged as an error:\n%s", s.Logs)
+	}
+	post(t, s, []byte("refused\n"), "Feed", "NODE-FEED").fails(t, http.StatusServiceUnavailable, 503, "the node lock is lost")
+
+	var unlocked bool
+	if err := other.QueryRowContext(ctx, `SELECT pg_advisory_unlock(`+nodeLockKeys+`)`, 0x77656973, "test-node").Scan(&unlocked); err != nil || !unlocked {
+		t.Fatalf("release the other session's lock: %v %v", unlocked, err)
+	}
+	pollLong(t, "posts accepted again", func() bool {
+		return post(t, s, []byte("after\n"), "Feed", "NODE-FEED").code == http.StatusOK
+	})
+	post(t, s, []byte("after\n"), "Feed", "NODE-FEED").ok(t)
+	if got := w.holder(); got == 0 || got == first || got == otherPID {
+		t.Errorf("the node lock is held by session %d, want a new one of the server's", got)
+	}
+	if rd := readyz(t, s); rd.code != http.StatusOK {
+		t.Errorf("/readyz: %d %q", rd.code, rd.body)
+	}
+	pollLong(t, "the regain logged", func() bool { return logCount(s, logRegain) == 1 })
+	if n, m := logCount(s, logLost), logCount(s, logOther); n != 1 || m != 1 {
+		t.Errorf("logged the loss %d times and another holder %d times, want 1 each:\n%s", n, m, s.Logs)
+	}
 }

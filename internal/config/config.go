@@ -33,6 +33,11 @@ type Config struct {
 	TLS      TLS      `yaml:"tls"`
 	Security Security `yaml:"security"`
 	API      API      `yaml:"api"`
+	// NodeLockCheckInterval is how often a server on PostgreSQL checks
+	// that it still holds its node's lock (and, while it has lost it,
+	// tries to take it again); 0: meta.DefaultNodeLockCheckInterval. Not
+	// read from the file: tests shorten it.
+	NodeLockCheckInterval time.Duration `yaml:"-"`
 }
 
 // API configures the REST API.

@@ -2,13 +2,57 @@ package meta
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 )
 
 // nodeLockKey is the first key of the node locks' PostgreSQL advisory
 // locks ("weis"), beside the migrations' "weir".
 const nodeLockKey = 0x77656973
+
+// nodeLockHash is the second key: the schema and the node name ($2).
+const nodeLockHash = `hashtext(coalesce(current_schema(), '') || '/' || $2)`
+
+// DefaultNodeLockCheckInterval is how often a server checks that it
+// still holds its node's lock, and while it does not, tries to take it
+// again.
+const DefaultNodeLockCheckInterval = 2 * time.Second
+
+// nodeLockMinTimeout bounds a check or an attempt to take the lock: one
+// that gets no answer within it (a connection cut off without a reset)
+// counts as failed.
+const nodeLockMinTimeout = 5 * time.Second
+
+// NodeLockOptions tune a NodeLock.
+type NodeLockOptions struct {
+	// CheckInterval is how often the lock is checked and, while it is
+	// lost, taken again; 0 means DefaultNodeLockCheckInterval.
+	CheckInterval time.Duration
+}
+
+// NodeLock is a server's lock on its node in the database (see
+// Repo.LockNode). Its methods are safe for concurrent use, and on a nil
+// NodeLock (nothing locked: read-only storage).
+type NodeLock struct {
+	r        *Repo
+	node     string
+	interval time.Duration
+	timeout  time.Duration
+	// lost is nil while the lock is held, else why posts must not be
+	// received as the node.
+	lost   atomic.Pointer[error]
+	conn   *sql.Conn // the lock's session; only watch uses it until it returns
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// ErrNodeLockLost is wrapped by NodeLock.Err while the lock is not held.
+var ErrNodeLockLost = errors.New("the node lock is lost")
 
 // LockNode makes sure that no other server works on this database as the
 // same node: crash recovery at start deletes the node's LOCKED streams,
@@ -16,35 +60,173 @@ const nodeLockKey = 0x77656973
 // the same receipt ids. On PostgreSQL it takes a session advisory lock on a
 // connection of its own (outside the pool's working set), keyed by the
 // schema and the node name, and fails at once when another session holds
-// it; release ends that session. On SQLite the database is in the data
-// directory, which the server has locked for the node already.
-func (r *Repo) LockNode(ctx context.Context, node string) (release func(), err error) {
+// it. On SQLite the database is in the data directory, which the server
+// has locked for the node already, and the NodeLock holds nothing.
+//
+// A session can end while the server runs (its backend terminated, the
+// database restarted, the connection cut), and its lock with it. So the
+// lock is checked every CheckInterval on its connection; once lost, Err
+// says so (the server refuses posts and is not ready) and the lock is
+// taken again on a new connection each interval until that succeeds. One
+// warning is logged when it is lost, one error if another session turns
+// out to hold it, and one info line when it is taken again. Release ends
+// the session.
+func (r *Repo) LockNode(ctx context.Context, node string, opt NodeLockOptions) (*NodeLock, error) {
+	l := &NodeLock{r: r, node: node, interval: opt.CheckInterval}
 	if r.engine != enginePostgres {
-		return func() {}, nil
+		return l, nil
 	}
+	if l.interval <= 0 {
+		l.interval = DefaultNodeLockCheckInterval
+	}
+	l.timeout = max(l.interval, nodeLockMinTimeout)
 	r.db.SetMaxOpenConns(17) // the pool's 16, and this one
 	r.db.SetMaxIdleConns(17)
-	conn, err := r.db.Conn(ctx)
+	conn, got, err := l.take(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("lock node %q: %w", node, err)
 	}
-	// Ends the session (and so its lock) instead of returning it to the
-	// pool still holding the lock.
-	drop := func() {
-		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		_ = conn.Close()
-	}
-	var got bool
-	if err := conn.QueryRowContext(ctx,
-		`SELECT pg_try_advisory_lock($1, hashtext(coalesce(current_schema(), '') || '/' || $2))`,
-		nodeLockKey, node).Scan(&got); err != nil {
-		drop()
-		return nil, fmt.Errorf("lock node %q: %w", node, err)
-	}
 	if !got {
-		drop()
 		return nil, fmt.Errorf("node %q is in use by another weir server on this PostgreSQL database: "+
 			"every server needs a node name of its own (--node or node:)", node)
 	}
-	return drop, nil
+	l.conn = conn
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.done = make(chan struct{})
+	go l.watch()
+	return l, nil
+}
+
+// Err is nil while the lock is held (always on SQLite), else an error
+// wrapping ErrNodeLockLost that says why the server must not receive as
+// its node now.
+func (l *NodeLock) Err() error {
+	if l == nil {
+		return nil
+	}
+	if p := l.lost.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Release stops watching the lock and ends its session, which releases it.
+func (l *NodeLock) Release() {
+	if l == nil || l.cancel == nil {
+		return
+	}
+	l.cancel()
+	<-l.done
+	if l.conn != nil {
+		dropConn(l.conn)
+		l.conn = nil
+	}
+}
+
+// take tries to take the lock on a new session. got is false when another
+// session holds it.
+func (l *NodeLock) take(ctx context.Context) (conn *sql.Conn, got bool, err error) {
+	if conn, err = l.r.db.Conn(ctx); err != nil {
+		return nil, false, err
+	}
+	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1, `+nodeLockHash+`)`,
+		nodeLockKey, l.node).Scan(&got); err != nil {
+		// Also ends a session that took the lock but could not say so.
+		dropConn(conn)
+		return nil, false, err
+	}
+	if !got {
+		dropConn(conn)
+		return nil, false, nil
+	}
+	return conn, true, nil
+}
+
+// check reports whether the lock's session is alive and holds the lock.
+func (l *NodeLock) check(ctx context.Context) error {
+	var held bool
+	if err := l.conn.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
+		WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+		AND classid = $1::int4::oid AND objid = `+nodeLockHash+`::oid AND objsubid = 2)`,
+		nodeLockKey, l.node).Scan(&held); err != nil {
+		return err
+	}
+	if !held {
+		return errors.New("its session no longer holds it")
+	}
+	return nil
+}
+
+// watch checks the lock every interval until Release, and while it is
+// lost takes it again.
+func (l *NodeLock) watch() {
+	defer close(l.done)
+	log := l.r.logger.With("node", l.node)
+	t := time.NewTicker(l.interval)
+	defer t.Stop()
+	var lostAt time.Time
+	othersReported := false
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if l.conn != nil {
+			ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
+			err := l.check(ctx)
+			cancel()
+			if err == nil {
+				continue
+			}
+			if l.ctx.Err() != nil {
+				return
+			}
+			dropConn(l.conn)
+			l.conn = nil
+			lostAt = time.Now()
+			l.setLost(fmt.Errorf("node %q: %w (its PostgreSQL session ended); this server takes it again before it receives more data",
+				l.node, ErrNodeLockLost))
+			log.Warn("lost the node's lock in the PostgreSQL database (its session ended): until it is taken again, "+
+				"posts are refused with 503 and /readyz is not ready; taking it again", "err", err)
+		}
+		ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
+		conn, got, err := l.take(ctx)
+		cancel()
+		switch {
+		case l.ctx.Err() != nil:
+			if conn != nil {
+				dropConn(conn)
+			}
+			return
+		case err != nil:
+			log.Debug("cannot take the node's lock again yet", "err", err)
+		case !got:
+			l.setLost(fmt.Errorf("node %q: %w and another session holds it now: another weir server may have started "+
+				"as the same node on this database", l.node, ErrNodeLockLost))
+			if !othersReported {
+				othersReported = true
+				log.Error("another session took this node's lock in the PostgreSQL database while this server had lost it: "+
+					"most likely another weir server started as the same node. Its crash recovery may have failed this "+
+					"server's posts in flight, and the two could give the same receipt ids. This server refuses posts (503) "+
+					"until the lock is free again; give every server a node name of its own (--node or node:)",
+					"lostFor", time.Since(lostAt).Round(time.Millisecond).String())
+			}
+		default:
+			l.conn = conn
+			l.lost.Store(nil)
+			othersReported = false
+			log.Info("took the node's lock in the PostgreSQL database again: receiving resumes",
+				"lostFor", time.Since(lostAt).Round(time.Millisecond).String())
+		}
+	}
+}
+
+func (l *NodeLock) setLost(err error) { l.lost.Store(&err) }
+
+// dropConn ends conn's session (and so its locks) instead of returning it
+// to the pool still holding them.
+func dropConn(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = conn.Close()
 }

@@ -76,6 +76,14 @@ type Options struct {
 	// Admit, if set, is asked before a body is read; an error refuses the
 	// post with 503 and Retry-After (a proxy's full repository).
 	Admit func() error
+	// Receiving, if set, is asked first, once the sender is
+	// authenticated: an error refuses the post with 503 and Retry-After
+	// before anything else is looked at, dropped posts and a trusted
+	// forwarder's resends included. It says that this server must not
+	// receive as its node now (meta.NodeLock.Err: the node's lock in the
+	// database is lost), when even a receipt id it answers with could be
+	// another server's.
+	Receiving func() error
 	// Stored, if set, is called after a post's streams are committed,
 	// with the bytes they take in the store.
 	Stored func(fileBytes int64)
@@ -277,6 +285,12 @@ func (p *post) run() (outcome, error) {
 		// which sender is failing.
 		p.feed, p.compression, p.typ = p.attrs.Value("Feed"), p.attrs.Value("Compression"), p.attrs.Value("Type")
 		return "", err
+	}
+	if h.opt.Receiving != nil {
+		if err := h.opt.Receiving(); err != nil {
+			p.feed, p.compression, p.typ = p.attrs.Value("Feed"), p.attrs.Value("Compression"), p.attrs.Value("Type")
+			return "", wrap(Unavailable, err, "this server cannot receive data now")
+		}
 	}
 	p.compression = p.attrs.Value("Compression")
 	p.attrs.Delete("Compression")
