@@ -353,6 +353,9 @@ func admin(args []string, stdout, stderr io.Writer) error {
 		return usagef("admin needs a subject and an action, e.g. `weir admin feed list`")
 	}
 	subject, action := args[0], args[1]
+	if strings.HasPrefix(subject, "-") || strings.HasPrefix(action, "-") {
+		return usagef("admin flags come after the subject and action, e.g. `weir admin feed list --data DIR`; got %q first", strings.Join(args[:2], " "))
+	}
 	switch subject {
 	case "datafeed-key":
 		return adminDataFeedKey(action, args[2:], stdout, stderr)

@@ -46,6 +46,8 @@ func TestAdminHelpAndUsageErrors(t *testing.T) {
 	e := &accessEnv{t: t, data: t.TempDir()}
 	e.ok("feed", "create", "LIST-FEED")
 	e.fail(2, []string{"stream", "list", "--status", "UNLOCK"}, `--status "UNLOCK" is not one of LOCKED, UNLOCKED, DELETED`)
+	e.fail(2, []string{"--node", "n1", "feed", "list"}, "admin flags come after the subject and action", `got "--node n1" first`)
+	e.fail(2, []string{"feed", "--json", "list"}, "admin flags come after the subject and action")
 	e.fail(2, []string{"stream", "list", "LIST-FEED"}, "stream list takes no arguments", "--feed")
 	e.fail(2, []string{"feed", "list", "LIST-FEED"}, "feed list takes no arguments")
 	e.ok("stream", "list", "--status", "unlocked")
