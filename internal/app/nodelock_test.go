@@ -33,6 +33,7 @@ func TestNodeNameInUseOnPostgres(t *testing.T) {
 
 	second := cfg
 	second.Data = t.TempDir()
+	second.NodeLockStartWait = 200 * time.Millisecond
 	log := slog.New(slog.DiscardHandler)
 	if a, err := app.New(context.Background(), second, log); err == nil {
 		_ = a.Shutdown(0)
@@ -285,4 +286,56 @@ func TestNodeLockHeldByAnotherAfterSessionEnds(t *testing.T) {
 	if n, m := logCount(s, logLost), logCount(s, logOther); n != 1 || m != 1 {
 		t.Errorf("logged the loss %d times and another holder %d times, want 1 each:\n%s", n, m, s.Logs)
 	}
+}
+
+// TestNodeLockWaitedForAtStart: a server starting as a node whose lock
+// another session holds waits for it, as a supervisor restarting a
+// killed server needs: PostgreSQL ends the killed server's session, and
+// releases its lock, only a moment later.
+func TestNodeLockWaitedForAtStart(t *testing.T) {
+	cfg := apptest.Config(t)
+	if cfg.DB == "" {
+		cfg.DB = metatest.PostgresDSN(t) // skips without WEIR_TEST_POSTGRES_DSN
+	}
+	w := newLockWatch(t, cfg.DB, cfg.Node)
+	ctx := context.Background()
+	other, err := w.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.ExecContext(ctx, `SELECT pg_advisory_lock(`+nodeLockKeys+`)`, 0x77656973, cfg.Node); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg.NodeLockStartWait = time.Minute
+	logs := &apptest.Logs{}
+	started := make(chan error, 1)
+	var a *app.App
+	go func() {
+		var err error
+		a, err = app.New(ctx, cfg, slog.New(slog.NewJSONHandler(logs, nil)))
+		started <- err
+	}()
+	pollLong(t, "the server waiting for the node lock", func() bool {
+		return strings.Contains(logs.String(), "another session holds this node's lock; waiting for it")
+	})
+	select {
+	case err := <-started:
+		t.Fatalf("the server did not wait for the node lock: %v", err)
+	default:
+	}
+	if _, err := other.ExecContext(ctx, `SELECT pg_advisory_unlock(`+nodeLockKeys+`)`, 0x77656973, cfg.Node); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatalf("the server did not start once the lock was free: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server did not start within 20s of the lock being free")
+	}
+	defer a.Shutdown(0)
+	pollLong(t, "the server holding the node lock", func() bool { return w.holder() != 0 })
 }

@@ -38,6 +38,10 @@ type Config struct {
 	// tries to take it again); 0: meta.DefaultNodeLockCheckInterval. Not
 	// read from the file: tests shorten it.
 	NodeLockCheckInterval time.Duration `yaml:"-"`
+	// NodeLockStartWait is how long a starting server waits for its node's
+	// lock held by another session; 0: meta.DefaultNodeLockStartWait. Not
+	// read from the file: tests shorten it.
+	NodeLockStartWait time.Duration `yaml:"-"`
 }
 
 // API configures the REST API.

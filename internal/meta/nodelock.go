@@ -32,7 +32,19 @@ type NodeLockOptions struct {
 	// CheckInterval is how often the lock is checked and, while it is
 	// lost, taken again; 0 means DefaultNodeLockCheckInterval.
 	CheckInterval time.Duration
+	// StartWait is how long LockNode waits for a lock another session
+	// holds; 0 means DefaultNodeLockStartWait, negative not at all.
+	StartWait time.Duration
 }
+
+// DefaultNodeLockStartWait is how long a starting server waits for its
+// node's lock. A server that was just killed (or crashed) holds it until
+// PostgreSQL notices that its connection closed, which takes a moment; a
+// supervisor that restarts it at once must not be refused for that.
+const DefaultNodeLockStartWait = 10 * time.Second
+
+// nodeLockRetry is how often a starting server tries the lock again.
+const nodeLockRetry = 100 * time.Millisecond
 
 // NodeLock is a server's lock on its node in the database (see
 // Repo.LockNode). Its methods are safe for concurrent use, and on a nil
@@ -59,8 +71,8 @@ var ErrNodeLockLost = errors.New("the node lock is lost")
 // which would be another server's posts in flight, and the two would give
 // the same receipt ids. On PostgreSQL it takes a session advisory lock on a
 // connection of its own (outside the pool's working set), keyed by the
-// schema and the node name, and fails at once when another session holds
-// it. On SQLite the database is in the data directory, which the server
+// schema and the node name, and fails when another session holds it
+// still after StartWait. On SQLite the database is in the data directory, which the server
 // has locked for the node already, and the NodeLock holds nothing.
 //
 // A session can end while the server runs (its backend terminated, the
@@ -82,13 +94,35 @@ func (r *Repo) LockNode(ctx context.Context, node string, opt NodeLockOptions) (
 	l.timeout = max(l.interval, nodeLockMinTimeout)
 	r.db.SetMaxOpenConns(17) // the pool's 16, and this one
 	r.db.SetMaxIdleConns(17)
-	conn, got, err := l.take(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("lock node %q: %w", node, err)
+	wait := opt.StartWait
+	if wait == 0 {
+		wait = DefaultNodeLockStartWait
 	}
-	if !got {
-		return nil, fmt.Errorf("node %q is in use by another weir server on this PostgreSQL database: "+
-			"every server needs a node name of its own (--node or node:)", node)
+	deadline := time.Now().Add(wait)
+	var conn *sql.Conn
+	for logged := false; ; {
+		c, got, err := l.take(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("lock node %q: %w", node, err)
+		}
+		if got {
+			conn = c
+			break
+		}
+		if !time.Now().Before(deadline) {
+			return nil, fmt.Errorf("node %q is in use by another weir server on this PostgreSQL database: "+
+				"every server needs a node name of its own (--node or node:)", node)
+		}
+		if !logged {
+			logged = true
+			r.logger.Info("another session holds this node's lock; waiting for it (a server of this node that has just stopped "+
+				"or crashed holds it until PostgreSQL notices)", "node", node, "wait", wait.String())
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("lock node %q: %w", node, context.Cause(ctx))
+		case <-time.After(nodeLockRetry):
+		}
 	}
 	l.conn = conn
 	l.ctx, l.cancel = context.WithCancel(context.Background())
