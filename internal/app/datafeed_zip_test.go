@@ -208,6 +208,41 @@ func TestDatafeedZipGrouping(t *testing.T) {
 		)
 		wantAttrs(t, "stream", st.Attributes, base.with("StreamSize", itoa(len("d1d2d3d4d5d6d7d8d10"))))
 	})
+	// Some Windows tools separate directories with '\': such names group
+	// as they are, as the reference system groups them (a dot in a
+	// directory's name is not an extension), and a directory entry is
+	// skipped; only a name that escapes the root is refused (TestDatafeedZipInvalid).
+	t.Run("windows_separators", func(t *testing.T) {
+		t.Parallel()
+		s := start(t, nil)
+		body := zipOf(t,
+			`logs\`, "",
+			`logs\001.meta`, "K:1", `logs\001.dat`, "d1",
+			`logs\v1.2\events`, "d2", `logs\v1.2\events.meta`, "K:2",
+		)
+		r := post(t, s, body, "Feed", testFeed, "Compression", "ZIP")
+		id := r.ok(t)
+		st := oneStream(t, s, testFeed, "Raw Events", id)
+		base := firstHop(t, s, r, id, st.Attributes).with("Feed", testFeed, "Type", "Raw Events")
+		wantParts(t, s, st,
+			part{data: "d1", meta: base.with("K", "1", "StreamSize", "2")},
+			part{data: "d2", meta: base.with("K", "2", "StreamSize", "2")},
+		)
+	})
+	// A meta entry written in a legacy code page (windows-1252, as Windows
+	// tools still write text) is read as the reference system reads it, and
+	// as weir takes such bytes in a header: each byte that is not UTF-8 is
+	// U+FFFD; the rest of the entry holds.
+	t.Run("meta_not_utf8", func(t *testing.T) {
+		t.Parallel()
+		s := start(t, nil)
+		r := post(t, s, zipOf(t, "001.meta", "Feed:"+testFeed+"\r\nDescription:Donn\xe9es \xff\r\n", "001.dat", "caf\xe9"),
+			"Compression", "ZIP")
+		id := r.ok(t)
+		st := oneStream(t, s, testFeed, "Raw Events", id)
+		base := firstHop(t, s, r, id, st.Attributes).with("Feed", testFeed, "Type", "Raw Events")
+		wantParts(t, s, st, part{data: "caf\xe9", meta: base.with("Description", "Donn\uFFFDes \uFFFD", "StreamSize", "4")})
+	})
 }
 
 // TestDatafeedZipFeeds: a group's meta entry may name another feed (and type):

@@ -71,10 +71,13 @@ func metaUnsafe(key bool) string {
 // blank lines are skipped; the line is split at the first ':' and key and
 // value are trimmed; a line without ':' is a key with an empty value. Later
 // lines win over earlier ones with the same key. A byte order mark at the
-// start of a line is ignored, since editors on Windows add one.
+// start of a line is ignored, since editors on Windows add one. Bytes that
+// are not UTF-8 (text written in a legacy code page, as Windows tools still
+// write it) are read as U+FFFD, one for each byte, as the reference system's
+// UTF-8 reader reads them and as weir stores such bytes in a header value.
 //
-// Errors name the line, so a sender can fix the entry: invalid UTF-8, a NUL
-// byte (binary data where text was expected), or a line with an empty key.
+// Errors name the line, so a sender can fix the entry: a NUL byte (binary
+// data where text was expected), or a line with an empty key.
 func ParseMeta(b []byte) (*Map, error) {
 	m := &Map{}
 	// One string for the whole input: every key and value below is a
@@ -94,7 +97,7 @@ func ParseMeta(b []byte) (*Map, error) {
 			return nil, fmt.Errorf("meta line %d: contains a NUL byte; meta must be text", lineNo)
 		}
 		if !utf8.ValidString(line) {
-			return nil, fmt.Errorf("meta line %d: not valid UTF-8", lineNo)
+			line = replaceInvalid(line)
 		}
 		line = strings.TrimLeftFunc(line, func(r rune) bool { return r == '\uFEFF' || unicode.IsSpace(r) })
 		line = strings.TrimRightFunc(line, unicode.IsSpace)
@@ -108,4 +111,15 @@ func ParseMeta(b []byte) (*Map, error) {
 		m.Put(key, value)
 	}
 	return m, nil
+}
+
+// replaceInvalid returns s with each byte that is not part of a valid UTF-8
+// sequence replaced by U+FFFD.
+func replaceInvalid(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for _, r := range s { // an invalid byte arrives as utf8.RuneError
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -79,6 +79,9 @@ func TestParseMeta(t *testing.T) {
 		{"byte order mark ignored", "\uFEFFFeed:A\n\uFEFF  Type:B", []KV{{"Feed", "A"}, {"Type", "B"}}},
 		{"date normalised", "EffectiveTime:2024-03-01T14:34:56+02:00", []KV{{"EffectiveTime", "2024-03-01T12:34:56.000Z"}}},
 		{"unicode", "Größe:Ünïcödé ✓", []KV{{"Größe", "Ünïcödé ✓"}}},
+		// A legacy code page (here windows-1252): each byte that is not
+		// UTF-8 reads as U+FFFD, as the reference system reads it.
+		{"not UTF-8", "Description:Donn\xe9es \xff\xfe\nCaf\xe9:1", []KV{{"Description", "Donn\uFFFDes \uFFFD\uFFFD"}, {"Caf\uFFFD", "1"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,7 +101,6 @@ func TestParseMetaErrors(t *testing.T) {
 		in, want string
 	}{
 		{"a:1\nb:\x00\n", "meta line 2: contains a NUL byte"},
-		{"a:1\r\nb:2\r\nc:\xff\n", "meta line 3: not valid UTF-8"},
 		{"a:1\n:orphan value\n", "meta line 2: no key before ':'"},
 		{"  \t : x", "meta line 1: no key before ':'"},
 		{"\uFEFF:x", "meta line 1: no key before ':'"},

@@ -8,6 +8,10 @@
 // whole name, unless a known entry shares the stem before the last dot, in
 // which case it joins that group (so 001.txt goes with 001.meta, while
 // 2023.11.15.10001 alone stays one data entry).
+//
+// Directories in entry names are separated by '/', or by '\' as some
+// Windows tools (older .NET and PowerShell archivers) write them; the
+// reference system groups such names as they are, and so does this package.
 package stroomzip
 
 import (
@@ -63,7 +67,8 @@ func formatErrorf(format string, a ...any) error {
 }
 
 // Groups groups entry names into parts, in the order each group's first
-// entry appears. Directory entries (names ending in '/') are skipped.
+// entry appears. Directory entries (names ending in '/' or '\') are
+// skipped.
 // Errors are *FormatError.
 func Groups(names []string) ([]Group, error) {
 	type classified struct {
@@ -74,14 +79,14 @@ func Groups(names []string) ([]Group, error) {
 	cls := make([]classified, len(names))
 	stems := make(map[string]bool) // stems of entries with a known extension
 	for i, name := range names {
-		if strings.HasSuffix(name, "/") {
+		if isDir(name) {
 			continue
 		}
 		if err := CheckName(name); err != nil {
 			return nil, err
 		}
 		stem, ext := name, ""
-		if dot := strings.LastIndexByte(name, '.'); dot > strings.LastIndexByte(name, '/') {
+		if dot := strings.LastIndexByte(name, '.'); dot > strings.LastIndexAny(name, `/\`) {
 			stem, ext = name[:dot], name[dot+1:]
 		}
 		if strings.ContainsRune(ext, ',') {
@@ -96,7 +101,7 @@ func Groups(names []string) ([]Group, error) {
 	var groups []Group
 	index := make(map[string]int)
 	for i, name := range names {
-		if strings.HasSuffix(name, "/") {
+		if isDir(name) {
 			continue
 		}
 		c := cls[i]
@@ -127,22 +132,26 @@ func Groups(names []string) ([]Group, error) {
 	return groups, nil
 }
 
+func isDir(name string) bool { return strings.HasSuffix(name, "/") || strings.HasSuffix(name, `\`) }
+
 // CheckName rejects entry names that could escape a directory they were
-// unpacked into, or that the format cannot represent.
+// unpacked into, or that the format cannot represent. A '\' counts as a
+// directory separator, as an unpacker on Windows takes it.
 func CheckName(name string) error {
+	slashed := strings.ReplaceAll(name, `\`, "/")
 	switch {
 	case name == "":
 		return formatErrorf("zip entry with an empty name")
 	case len(name) > MaxNameLength:
 		return formatErrorf("zip entry name of %d bytes is longer than %d", len(name), MaxNameLength)
-	case strings.ContainsAny(name, "\\\x00"):
-		return formatErrorf("zip entry %q: names must use '/' and contain no NUL", name)
-	case strings.HasPrefix(name, "/") || path.IsAbs(name) || (len(name) > 1 && name[1] == ':'):
+	case strings.IndexByte(name, 0) >= 0:
+		return formatErrorf("zip entry %q: names must contain no NUL", name)
+	case strings.HasPrefix(slashed, "/") || (len(name) > 1 && name[1] == ':'):
 		return formatErrorf("zip entry %q: absolute names are not allowed", name)
 	case strings.HasSuffix(name, "."):
 		return formatErrorf("zip entry %q: a name must not end in '.'", name)
 	}
-	if c := path.Clean(name); c == ".." || strings.HasPrefix(c, "../") {
+	if c := path.Clean(slashed); c == ".." || strings.HasPrefix(c, "../") {
 		return formatErrorf("zip entry %q escapes the archive root", name)
 	}
 	return nil

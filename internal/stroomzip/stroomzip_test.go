@@ -54,6 +54,9 @@ func TestGroups(t *testing.T) {
 		{"directories skipped", []string{"dir/", "dir/1.dat"}, "dir/1:data=dir/1.dat"},
 		{"same stem other dir", []string{"a/1.dat", "b/1.meta"}, "a/1:data=a/1.dat;b/1:meta=b/1.meta"},
 		{"no extension", []string{"events"}, "events:data=events"},
+		// Windows tools may separate directories with '\'.
+		{"backslash dirs", []string{`a\`, `a\1.meta`, `a\1.dat`, `b.d\x`, `b.d\x.ctx`},
+			`a\1:data=a\1.dat,meta=a\1.meta;b.d\x:data=b.d\x,context=b.d\x.ctx`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,7 +83,13 @@ func TestGroupsRejects(t *testing.T) {
 		{"a/../../evil.dat"},
 		{"/etc/passwd"},
 		{"C:/x.dat"},
-		{"a\\b.dat"},
+		{`..\evil.dat`},
+		{`a\..\..\evil.dat`},
+		{`a/..\..\evil.dat`},
+		{`\\server\share\x.dat`},
+		{`\x.dat`},
+		{`C:\x.dat`},
+		{"a\x00b.dat"},
 		{"trailing."},
 		{"x.da,t"},
 		{""},

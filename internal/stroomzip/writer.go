@@ -71,7 +71,9 @@ func NewWriter(w io.Writer) *Writer { return NewWriterLevel(w, flate.DefaultComp
 // reader can seek (the store's sections can) has its CRC and size
 // computed before it is written (read into memory when it is at most
 // maxWhole bytes, else read twice), so that its local header carries them
-// and a streaming reader finds its end; others are deflated as usual.
+// and a streaming reader finds its end; others, and entries too large for
+// a local header's 32-bit sizes, are deflated as usual (at level 0, in
+// uncompressed deflate blocks).
 func NewWriterLevel(w io.Writer, level int) *Writer {
 	bw := bufio.NewWriterSize(w, outBuffer)
 	zw := zip.NewWriter(bw)
@@ -170,6 +172,20 @@ func (w *Writer) entry(name string, mod time.Time, r io.Reader) (int64, error) {
 	if _, err := rs.Seek(0, io.SeekStart); err != nil {
 		return 0, err
 	}
+	if n >= maxStored {
+		// A local header's sizes are 32 bits: a larger entry's need a
+		// zip64 extra field there, which archive/zip does not write in a
+		// local header, and a streaming reader would take the 32-bit
+		// marker for the size. Deflate it instead (at level 0 flate
+		// writes stored blocks, so this costs no compression): a streaming
+		// reader finds the end of a deflate stream, and the zip64 sizes
+		// follow it in the data descriptor.
+		ew, err := w.zw.CreateHeader(&zip.FileHeader{Name: name, Method: zip.Deflate, Modified: mod})
+		if err != nil {
+			return 0, err
+		}
+		return io.CopyBuffer(ew, rs, w.buf)
+	}
 	fh.CRC32 = h.Sum32()
 	fh.CompressedSize64, fh.UncompressedSize64 = uint64(n), uint64(n)
 	ew, err := w.zw.CreateRaw(fh)
@@ -184,6 +200,10 @@ func (w *Writer) entry(name string, mod time.Time, r io.Reader) (int64, error) {
 }
 
 var errTooLarge = fmt.Errorf("entry larger than %d bytes", maxWhole)
+
+// maxStored is the size from which an entry is not stored with its sizes
+// in its local header (0xFFFFFFFF there means "see the zip64 extra field").
+const maxStored = 1<<32 - 1
 
 // readWhole reads r to its end into b (grown as needed; size is what r
 // says it holds), failing with errTooLarge beyond limit bytes.

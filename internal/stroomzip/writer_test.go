@@ -374,3 +374,83 @@ func FuzzWriterRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// zeros is a section of n zero bytes: Read, Seek and Size, as a store
+// section, without holding them.
+type zeros struct{ n, off int64 }
+
+func (z *zeros) Read(p []byte) (int, error) {
+	if z.off >= z.n {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), z.n-z.off)]
+	clear(p)
+	z.off += int64(len(p))
+	return len(p), nil
+}
+
+func (z *zeros) Seek(off int64, whence int) (int64, error) {
+	if whence != io.SeekStart {
+		return 0, errors.New("zeros: only SeekStart")
+	}
+	z.off = off
+	return off, nil
+}
+
+func (z *zeros) Size() int64 { return z.n }
+
+// headWriter keeps the first bytes written and counts the rest.
+type headWriter struct {
+	head []byte
+	n    int64
+}
+
+func (w *headWriter) Write(p []byte) (int, error) {
+	if room := cap(w.head) - len(w.head); room > 0 {
+		w.head = append(w.head, p[:min(room, len(p))]...)
+	}
+	w.n += int64(len(p))
+	return len(p), nil
+}
+
+// TestWriterStoredHuge: an entry of 4 GiB or more cannot be stored with
+// its sizes in its local header (they are 32 bits there, and archive/zip
+// writes no zip64 extra field in a local header), so a streaming reader,
+// the reference system's, would take 0xFFFFFFFF for its size. At level 0
+// it is deflated in stored blocks instead, whose end such a reader finds.
+func TestWriterStoredHuge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 4 GiB")
+	}
+	out := &headWriter{head: make([]byte, 0, 1024)}
+	w := NewWriterLevel(out, 0)
+	size := int64(maxStored)
+	if _, err := w.WritePart(Part{Data: &zeros{n: size}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h := out.head
+	if binary.LittleEndian.Uint32(h) != 0x04034b50 {
+		t.Fatalf("no local header at the start")
+	}
+	flags, method := binary.LittleEndian.Uint16(h[6:]), binary.LittleEndian.Uint16(h[8:])
+	csize, usize := binary.LittleEndian.Uint32(h[18:]), binary.LittleEndian.Uint32(h[22:])
+	if method != zip.Deflate || flags&0x8 == 0 {
+		t.Fatalf("entry of %d bytes: method %d flags %#x sizes %#x/%#x in its local header, want deflate with a data descriptor",
+			size, method, flags, csize, usize)
+	}
+	if w.Bytes() != size || out.n <= size {
+		t.Errorf("Bytes %d, zip %d bytes, want %d bytes in the entry", w.Bytes(), out.n, size)
+	}
+	// Below the limit it is stored, its sizes in its local header.
+	out = &headWriter{head: make([]byte, 0, 1024)}
+	w = NewWriterLevel(out, 0)
+	if _, err := w.WritePart(Part{Data: &zeros{n: 5 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, u := binary.LittleEndian.Uint16(out.head[8:]), binary.LittleEndian.Uint32(out.head[22:]); m != zip.Store || u != 5<<20 {
+		t.Errorf("5 MiB entry: method %d size %d, want stored with its size", m, u)
+	}
+}
