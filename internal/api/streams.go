@@ -147,8 +147,8 @@ func (s *server) registerStreams() {
 			return out, nil
 		}
 		r, err := s.Store.Open(ctx, st.ID)
-		if errors.Is(err, store.ErrNotReadable) {
-			return out, nil // deleted since GetStream
+		if errors.Is(err, store.ErrNotReadable) || errors.Is(err, meta.ErrNotFound) {
+			return out, nil // deleted (and maybe purged) since GetStream
 		}
 		if err != nil {
 			// The metadata is still worth showing; the file's trouble is
@@ -279,6 +279,10 @@ func (s *server) openVisible(ctx context.Context, id int64) (meta.Stream, *store
 	if errors.Is(err, store.ErrNotReadable) {
 		st.Status = meta.Deleted // changed since GetStream, and only a delete can do that
 		return st, nil, notReadable(st)
+	}
+	if errors.Is(err, meta.ErrNotFound) {
+		// Deleted and removed for good (store.deletePurgeAge) since.
+		return st, nil, huma.Error404NotFound(fmt.Sprintf("no stream %d", st.ID))
 	}
 	if err != nil {
 		return st, nil, s.internal("open stream", err)

@@ -151,7 +151,7 @@ func (r *Repo) CountStatusChange(ctx context.Context, e *streamquery.Expr, feedI
 	}
 	where, args := r.selection(e, feedIn, []any{string(from), string(Locked)})
 	var c StatusChange
-	err = r.db.QueryRowContext(ctx, `SELECT count(*), COALESCE(sum(CASE WHEN status = $1 THEN 1 ELSE 0 END), 0)
+	err = r.db.QueryRowContext(ctx, `SELECT count(*), COALESCE(sum(CASE WHEN status = $1 AND `+restorableSQL+` THEN 1 ELSE 0 END), 0)
 		FROM streams WHERE status <> $2 AND `+where, args...).Scan(&c.Matched, &c.Changed)
 	if err != nil {
 		return StatusChange{}, fmt.Errorf("count streams to set %s: %w", to, err)
@@ -185,7 +185,8 @@ func (r *Repo) UpdateStatusWhere(ctx context.Context, e *streamquery.Expr, feedI
 	args = append(args, bulkChunk)
 	find := `SELECT id, status FROM streams WHERE status <> $1 AND id <= $2 AND id > $3 AND ` + where +
 		` ORDER BY id LIMIT ` + r.placeholder(args, false)
-	update := `UPDATE streams SET status = $1, status_ms = $2 WHERE status = $3 AND ` +
+	// A stream a purge has claimed is not restored (see purge.go).
+	update := `UPDATE streams SET status = $1, status_ms = $2 WHERE status = $3 AND ` + restorableSQL + ` AND ` +
 		r.dialect().InJSON("id", r.placeholder(make([]any, 4), true), true)
 	for {
 		// Read outside the write transaction: finding the chunk may scan

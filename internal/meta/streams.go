@@ -653,6 +653,10 @@ func scanStream(s rowScanner) (Stream, error) {
 		return Stream{}, err
 	}
 	st.Status = Status(status)
+	if st.StatusMs < 0 {
+		// Claimed by a purge (see purge.go): the time it was deleted.
+		st.StatusMs = -1 - st.StatusMs
+	}
 	st.Attributes = new(attr.Map)
 	if err := st.Attributes.UnmarshalJSON([]byte(attrs)); err != nil {
 		return Stream{}, fmt.Errorf("stream %d: %w", st.ID, err)
@@ -685,7 +689,8 @@ func (r *Repo) SetStreamStatus(ctx context.Context, id int64, status Status) err
 		from = Deleted
 	}
 	err := r.withTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE streams SET status = $1, status_ms = $2 WHERE id = $3 AND status = $4`,
+		// A stream a purge has claimed is not restored (see purge.go).
+		res, err := tx.ExecContext(ctx, `UPDATE streams SET status = $1, status_ms = $2 WHERE id = $3 AND status = $4 AND `+restorableSQL,
 			string(status), nowMs(), id, string(from))
 		if err != nil {
 			return err
@@ -694,11 +699,15 @@ func (r *Repo) SetStreamStatus(ctx context.Context, id int64, status Status) err
 			return err
 		}
 		var cur string
-		if err := tx.QueryRowContext(ctx, `SELECT status FROM streams WHERE id = $1`, id).Scan(&cur); err != nil {
+		var ms int64
+		if err := tx.QueryRowContext(ctx, `SELECT status, status_ms FROM streams WHERE id = $1`, id).Scan(&cur, &ms); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				return ErrNotFound
 			}
 			return err
+		}
+		if Status(cur) == from && ms < 0 {
+			return ErrPurging
 		}
 		return fmt.Errorf("stream is %s, not %s", cur, from)
 	})

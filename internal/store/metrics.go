@@ -6,6 +6,8 @@ import "github.com/prometheus/client_golang/prometheus"
 type Metrics struct {
 	batchSize     prometheus.Histogram
 	commitSeconds prometheus.Histogram
+	purgedStreams prometheus.Counter
+	purgedBytes   prometheus.Counter
 }
 
 // NewMetrics creates the store metrics and registers them with reg.
@@ -21,7 +23,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time taken by one group commit.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
+		purgedStreams: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "weir_store_purged_streams_total",
+			Help: "Deleted streams removed for good (files and rows) once DELETED longer than store.deletePurgeAge.",
+		}),
+		purgedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "weir_store_purged_bytes_total",
+			Help: "Bytes of stream and pack files removed by the purge of deleted streams.",
+		}),
 	}
-	reg.MustRegister(m.batchSize, m.commitSeconds)
+	reg.MustRegister(m.batchSize, m.commitSeconds, m.purgedStreams, m.purgedBytes)
 	return m
 }

@@ -368,25 +368,89 @@ func newestDirs(root string, depth, n int) ([]string, error) {
 // removals are made durable (their directories synced) before any id is
 // returned: a row purged while its file's removal was still only in the
 // page cache would leave, after a power cut, a file no row names, which
-// nothing would ever remove.
+// nothing would ever remove. It is for streams nobody can restore (a
+// proxy's delivered ones); PurgeDeleted is for those that can be.
 func (s *Store) RemoveDeleted(ctx context.Context, streams []meta.Stream) ([]int64, error) {
-	purge, dirs, err := s.removeDeleted(ctx, streams)
-	for dir := range dirs {
+	r, err := s.removeDeletedSynced(ctx, streams, nil)
+	return r.ids, err
+}
+
+// removal is what removeDeleted removed: the ids whose rows may be
+// purged, the directories it removed files from, and the bytes of those
+// files.
+type removal struct {
+	ids   []int64
+	dirs  map[string]bool
+	bytes int64
+}
+
+// removeDeletedSynced is removeDeleted followed by the syncs of the
+// directories it removed files from; on a failed sync no id is returned.
+func (s *Store) removeDeletedSynced(ctx context.Context, streams []meta.Stream, claim *int64) (removal, error) {
+	r, err := s.removeDeleted(ctx, streams, claim)
+	for dir := range r.dirs {
 		if serr := syncDir(dir); serr != nil && !errors.Is(serr, os.ErrNotExist) {
 			// Nothing may be purged: the rows stay DELETED, and the next
 			// cleanup removes (finds gone) and syncs again.
-			return nil, errors.Join(err, serr)
+			return removal{}, errors.Join(err, serr)
 		}
 	}
-	return purge, err
+	return r, err
 }
 
-// removeDeleted is RemoveDeleted without the syncs: it also returns the
-// directories it removed files from.
-func (s *Store) removeDeleted(ctx context.Context, streams []meta.Stream) ([]int64, map[string]bool, error) {
-	var purge []int64
-	dirs := map[string]bool{}
+// removeDeleted is RemoveDeleted without the syncs. With claim (the main
+// service's purge, of streams that can still be restored) only streams
+// DELETED before *claim go, and each is claimed in the database (see
+// meta.Repo.ClaimPurge and ClaimPack) before its file, or its pack, is
+// removed: a restore then either came first, and the stream stays, or
+// finds it claimed and leaves it.
+func (s *Store) removeDeleted(ctx context.Context, streams []meta.Stream, claim *int64) (removal, error) {
+	r := removal{dirs: map[string]bool{}}
 	packs := map[string]bool{}
+	var own []meta.Stream
+	for _, st := range streams {
+		if st.Status != meta.Deleted {
+			return r, fmt.Errorf("stream %d is %s, not DELETED", st.ID, st.Status)
+		}
+		if st.Pack != "" {
+			packs[st.Pack] = true
+			continue
+		}
+		own = append(own, st)
+	}
+	if claim != nil && len(own) > 0 {
+		ids := make([]int64, len(own))
+		for i := range own {
+			ids[i] = own[i].ID
+		}
+		claimed, err := s.repo.ClaimPurge(ctx, s.opt.Node, ids, *claim)
+		if err != nil {
+			return r, err
+		}
+		ok := make(map[int64]bool, len(claimed))
+		for _, id := range claimed {
+			ok[id] = true
+		}
+		keep := own[:0]
+		for _, st := range own {
+			if ok[st.ID] {
+				keep = append(keep, st)
+			}
+		}
+		own = keep
+	}
+	for _, st := range own {
+		path := s.path(&st)
+		r.dirs[filepath.Dir(path)] = true
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return r, fmt.Errorf("remove stream %d: %w", st.ID, err)
+		}
+		r.ids = append(r.ids, st.ID)
+		r.bytes += st.FileSize
+	}
+	if len(packs) == 0 {
+		return r, nil
+	}
 	// A pack with no batch in flight has a final live count (packMu keeps
 	// batches out while this runs); the open pack is closed first if it is
 	// to go. A pack with a batch in flight is left: that batch's rows are
@@ -394,45 +458,101 @@ func (s *Store) removeDeleted(ctx context.Context, streams []meta.Stream) ([]int
 	// deleted rows still name it, and the next cleanup removes it).
 	s.packMu.Lock()
 	defer s.packMu.Unlock()
-	for _, st := range streams {
-		if st.Status != meta.Deleted {
-			return purge, dirs, fmt.Errorf("stream %d is %s, not DELETED", st.ID, st.Status)
-		}
-		if st.Pack != "" {
-			packs[st.Pack] = true
-			continue
-		}
-		path := s.path(&st)
-		dirs[filepath.Dir(path)] = true
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return purge, dirs, fmt.Errorf("remove stream %d: %w", st.ID, err)
-		}
-		purge = append(purge, st.ID)
-	}
 	for pack := range packs {
 		if s.packsInFlight[pack] > 0 {
 			continue
 		}
-		live, err := s.repo.PackLive(ctx, pack)
-		if err != nil {
-			return purge, dirs, err
-		}
-		if live > 0 {
-			continue
+		var ids []int64
+		if claim != nil {
+			// Only this node's packs: their names start with its name.
+			if !ownPack(filepath.Base(pack), safeName(s.opt.Node)+"-") {
+				continue
+			}
+			var err error
+			if ids, err = s.repo.ClaimPack(ctx, pack, *claim); err != nil {
+				return r, err
+			}
+			if ids == nil {
+				continue
+			}
+		} else {
+			live, err := s.repo.PackLive(ctx, pack)
+			if err != nil {
+				return r, err
+			}
+			if live > 0 {
+				continue
+			}
 		}
 		if s.pack != nil && s.pack.rel == pack {
 			s.closePack()
 		}
 		path := filepath.Join(s.opt.Root, pack)
-		dirs[filepath.Dir(path)] = true
+		r.dirs[filepath.Dir(path)] = true
+		if fi, err := os.Stat(path); err == nil {
+			r.bytes += fi.Size()
+		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return purge, dirs, fmt.Errorf("remove pack %s: %w", pack, err)
+			return r, fmt.Errorf("remove pack %s: %w", pack, err)
 		}
-		ids, err := s.repo.PackStreamIDs(ctx, pack)
-		if err != nil {
-			return purge, dirs, err
+		if claim == nil {
+			var err error
+			if ids, err = s.repo.PackStreamIDs(ctx, pack); err != nil {
+				return r, err
+			}
 		}
-		purge = append(purge, ids...)
+		r.ids = append(r.ids, ids...)
 	}
-	return purge, dirs, nil
+	return r, nil
+}
+
+// PurgeResult is what PurgeDeleted removed.
+type PurgeResult struct {
+	Streams int64 // rows removed
+	Bytes   int64 // bytes of the files removed (own files and whole packs)
+}
+
+// defaultPurgeBatch is how many streams PurgeDeleted reads, removes and
+// purges at a time.
+const defaultPurgeBatch = 1000
+
+// PurgeDeleted removes for good this node's streams that have been
+// DELETED since before beforeMs: their files (an own file at once, a pack
+// with the last of its streams) and then their rows (and, by cascade,
+// their earlier hops' receipt ids), a batch at a time, so that a backlog
+// neither loads every row nor holds the database's writer for long. Each
+// stream is claimed before its file goes (see removeDeleted), so a
+// restore racing with the purge either wins or finds the stream gone.
+// Other nodes' streams (PostgreSQL shared by several servers) are theirs
+// to remove. A purge cut short is finished by the next one.
+func (s *Store) PurgeDeleted(ctx context.Context, beforeMs int64) (PurgeResult, error) {
+	var res PurgeResult
+	if s.opt.ReadOnly {
+		return res, errors.New("purge deleted streams: the store is read-only")
+	}
+	batch := s.opt.PurgeBatch
+	if batch <= 0 {
+		batch = defaultPurgeBatch
+	}
+	cur := meta.PurgeStart
+	for {
+		ss, next, err := s.repo.DeletedStreamsBefore(ctx, s.opt.Node, beforeMs, cur, batch)
+		if err != nil || len(ss) == 0 {
+			return res, err
+		}
+		r, err := s.removeDeletedSynced(ctx, ss, &beforeMs)
+		if perr := s.repo.PurgeStreams(ctx, r.ids); perr != nil {
+			return res, errors.Join(err, perr)
+		}
+		res.Streams += int64(len(r.ids))
+		res.Bytes += r.bytes
+		if m := s.opt.Metrics; m != nil {
+			m.purgedStreams.Add(float64(len(r.ids)))
+			m.purgedBytes.Add(float64(r.bytes))
+		}
+		if err != nil || len(ss) < batch {
+			return res, err
+		}
+		cur = next
+	}
 }

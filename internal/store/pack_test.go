@@ -16,6 +16,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/store"
@@ -1428,4 +1431,208 @@ func TestPostDoneStreams(t *testing.T) {
 			}
 		})
 	})
+}
+
+// TestPurgeDeleted: the main service's purge removes this node's streams
+// deleted before the cutoff, a batch at a time: an own file at once, a
+// pack once every stream in it is to go; their rows go after their files.
+// Streams deleted since, live streams and another node's streams stay, a
+// reader opened before the purge still reads its stream, and a purged
+// stream can be neither read nor restored.
+func TestPurgeDeleted(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		const limit = 8 << 10
+		ctx := context.Background()
+		reg := prometheus.NewRegistry()
+		open := func(node, root string, m *store.Metrics) *store.Store {
+			s, err := store.Open(ctx, e.repo, e.codec, store.Options{
+				Root: root, Node: node, BlockSize: 4096, PackMax: limit,
+				PackSegment: 1, // a pack per batch
+				PurgeBatch:  2, // pages, and packs seen across pages
+				Metrics:     m,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.Close)
+			return s
+		}
+		s := open("n1", e.root(), store.NewMetrics(reg))
+		s2 := open("n2", filepath.Join(e.dir, "store2"), nil)
+
+		content := map[int64][]section{}
+		post := func(s *store.Store, n, size int) []meta.Stream {
+			t.Helper()
+			p := s.Begin()
+			var secs [][]section
+			for i := range n {
+				w, err := p.NewStream(ctx, spec(fmt.Sprintf("PURGE-%d", i)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				sec := []section{{streamfile.Data, 0, randomBytes(uint64(len(content)*10+i), size)}}
+				if err := writeSections(w, sec); err != nil {
+					t.Fatal(err)
+				}
+				secs = append(secs, sec)
+			}
+			ss, err := p.Commit(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, st := range ss {
+				content[st.ID] = secs[i]
+				if (st.Pack != "") != (size < limit/2) {
+					t.Fatalf("stream of %d bytes in pack %q", size, st.Pack)
+				}
+			}
+			return ss
+		}
+		packA := post(s, 3, 100)   // all deleted long enough: goes
+		packB := post(s, 2, 100)   // one live: stays
+		packC := post(s, 2, 100)   // one deleted too recently: stays
+		own := post(s, 3, 2*limit) // two deleted long enough, one recently
+		other := post(s2, 1, 100)  // another node's: stays
+		otherOwn := post(s2, 1, 2*limit)
+		live := post(s, 1, 100)[0] // the open pack, live
+		del := func(ss ...meta.Stream) {
+			t.Helper()
+			for _, st := range ss {
+				if err := e.repo.SetStreamStatus(ctx, st.ID, meta.Deleted); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		// A reader of own[0] opened while it was live.
+		reading, err := s.Open(ctx, own[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer reading.Close()
+		del(packA...)
+		del(packB[0], packC[0], own[0], own[1], other[0], otherOwn[0])
+		// Every status time from here on is at or after cut.
+		cut := time.Now().UnixMilli() + 1
+		for time.Now().UnixMilli() < cut {
+			time.Sleep(time.Millisecond)
+		}
+		del(packC[1], own[2])
+
+		before := storeBytes(t, e.root())
+		res, err := s.PurgeDeleted(ctx, cut)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gone := []meta.Stream{packA[0], packA[1], packA[2], own[0], own[1]}
+		if res.Streams != int64(len(gone)) || res.Bytes <= 0 {
+			t.Fatalf("PurgeDeleted = %+v, want %d streams", res, len(gone))
+		}
+		for _, st := range gone {
+			if _, err := e.repo.GetStream(ctx, st.ID); !errors.Is(err, meta.ErrNotFound) {
+				t.Errorf("purged stream %d: %v", st.ID, err)
+			}
+			if _, err := os.Stat(s.Path(st)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("file of purged stream %d: %v", st.ID, err)
+			}
+			if _, err := s.Open(ctx, st.ID); !errors.Is(err, meta.ErrNotFound) {
+				t.Errorf("open purged stream %d: %v", st.ID, err)
+			}
+			if err := e.repo.SetStreamStatus(ctx, st.ID, meta.Unlocked); !errors.Is(err, meta.ErrNotFound) {
+				t.Errorf("restore purged stream %d: %v", st.ID, err)
+			}
+		}
+		if after := storeBytes(t, e.root()); after >= before {
+			t.Errorf("store holds %d bytes after the purge, %d before", after, before)
+		}
+		if got := testutilCounter(t, reg, "weir_store_purged_streams_total"); got != float64(len(gone)) {
+			t.Errorf("weir_store_purged_streams_total = %v", got)
+		}
+		// The reader opened before still reads its stream whole.
+		sec, err := reading.Section(streamfile.Data, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := io.ReadAll(sec); err != nil || !bytes.Equal(b, content[own[0].ID][0].data) {
+			t.Fatalf("reader of a purged stream: %d bytes, %v", len(b), err)
+		}
+		// What stays: live streams byte-exact, deleted ones restorable.
+		for _, st := range []meta.Stream{packB[1], live} {
+			if err := checkStream(s, st.ID, content[st.ID]); err != nil {
+				t.Errorf("live stream: %v", err)
+			}
+		}
+		for _, st := range []meta.Stream{packB[0], packC[0], packC[1], own[2]} {
+			if err := e.repo.SetStreamStatus(ctx, st.ID, meta.Unlocked); err != nil {
+				t.Fatalf("restore stream %d: %v", st.ID, err)
+			}
+			if err := checkStream(s, st.ID, content[st.ID]); err != nil {
+				t.Errorf("restored stream: %v", err)
+			}
+		}
+		for _, st := range append(other, otherOwn...) {
+			if row, err := e.repo.GetStream(ctx, st.ID); err != nil || row.Status != meta.Deleted {
+				t.Errorf("another node's stream %d: %+v, %v", st.ID, row, err)
+			}
+			if err := checkStream(s2, st.ID, nil); !errors.Is(err, store.ErrNotReadable) {
+				t.Errorf("another node's stream %d: %v", st.ID, err)
+			}
+		}
+		// The other node purges its own.
+		if res, err := s2.PurgeDeleted(ctx, cut); err != nil || res.Streams != 2 {
+			t.Fatalf("other node's PurgeDeleted = %+v, %v", res, err)
+		}
+		for _, st := range append(other, otherOwn...) {
+			if _, err := os.Stat(s2.Path(st)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("other node's purged file %d: %v", st.ID, err)
+			}
+		}
+		// Once the last stream of packB goes, packB goes with all its rows;
+		// the open pack too.
+		del(packB...)
+		del(live)
+		cut = time.Now().UnixMilli() + 1
+		for time.Now().UnixMilli() < cut {
+			time.Sleep(time.Millisecond)
+		}
+		if res, err := s.PurgeDeleted(ctx, cut); err != nil || res.Streams != 3 {
+			t.Fatalf("second PurgeDeleted = %+v, %v", res, err)
+		}
+		if got := packFiles(t, e.root()); len(got) != 1 || filepath.FromSlash(got[0]) != packC[0].Pack {
+			t.Fatalf("packs left %v, want only %s", got, packC[0].Pack)
+		}
+		// A later post starts a new pack.
+		next := post(s, 1, 100)[0]
+		if err := checkStream(s, next.ID, content[next.ID]); err != nil || next.Pack == live.Pack {
+			t.Fatalf("post after the open pack was purged: %v (pack %s)", err, next.Pack)
+		}
+	})
+}
+
+// storeBytes is the size of every file under root.
+func storeBytes(t *testing.T, root string) int64 {
+	t.Helper()
+	var n int64
+	for _, f := range files(t, root) {
+		fi, err := os.Stat(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += fi.Size()
+	}
+	return n
+}
+
+func testutilCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -28,7 +29,17 @@ func (s *Store) Open(ctx context.Context, id int64) (*Reader, error) {
 	if st.Status != meta.Unlocked {
 		return nil, fmt.Errorf("stream %d is %s: %w", id, st.Status, ErrNotReadable)
 	}
-	return s.openFile(st)
+	r, err := s.openFile(st)
+	if errors.Is(err, os.ErrNotExist) {
+		// Deleted and purged since the row was read (a short
+		// store.deletePurgeAge): say so, rather than that a file is missing.
+		if now, gerr := s.repo.GetStream(ctx, id); gerr != nil {
+			return nil, fmt.Errorf("stream %d: %w", id, gerr)
+		} else if now.Status != meta.Unlocked {
+			return nil, fmt.Errorf("stream %d is %s: %w", id, now.Status, ErrNotReadable)
+		}
+	}
+	return r, err
 }
 
 // OpenRow opens a stream whose row the caller has just read (saving the

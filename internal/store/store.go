@@ -32,6 +32,10 @@ type Repo interface {
 	GetStream(ctx context.Context, id int64) (meta.Stream, error)
 	LockedStreams(ctx context.Context, node string) ([]meta.Stream, error)
 	PackLive(ctx context.Context, pack string) (int64, error)
+	DeletedStreamsBefore(ctx context.Context, node string, beforeMs int64, after meta.PurgeCursor, limit int) ([]meta.Stream, meta.PurgeCursor, error)
+	ClaimPurge(ctx context.Context, node string, ids []int64, beforeMs int64) ([]int64, error)
+	ClaimPack(ctx context.Context, pack string, beforeMs int64) ([]int64, error)
+	PurgeStreams(ctx context.Context, ids []int64) error
 	PackStreamIDs(ctx context.Context, pack string) ([]int64, error)
 	PackReferenced(ctx context.Context, pack string) (bool, error)
 }
@@ -51,6 +55,9 @@ type Options struct {
 	Logger      *slog.Logger
 	Metrics     *Metrics // may be nil
 	Now         func() time.Time
+	// PurgeBatch is how many streams PurgeDeleted handles at a time; 0:
+	// defaultPurgeBatch.
+	PurgeBatch int
 	// ReadOnly opens the store for reading only: no recovery and no
 	// committer, so an admin command can read while a server writes.
 	ReadOnly bool
