@@ -267,6 +267,7 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 		if cfg.Security.OIDC.Issuer != "" {
 			tokens = a.sec.tokens
 		}
+		a.purgeDeleted(log.With("log", "purge"), cfg.Store.DeletePurgeAge.D(), cfg.Store.PurgeInterval)
 		if a.api, err = api.Register(mux, api.Deps{Repo: a.repo, Store: a.store, Access: a.sec.access, Tokens: tokens,
 			FeedNames: cfg.FeedNameRegexp(), Log: log.With("log", "api"), Version: Version(), BasePath: cfg.BasePath,
 			Node: node, DataDir: cfg.Data, Config: cfg, Receiver: h, ReceiptRules: rules,
@@ -421,6 +422,44 @@ func (a *App) pruneForwardedPosts(log *slog.Logger, kept time.Duration) {
 				log.Warn("cannot forget old forwarded posts; trying again in an hour", "err", err)
 			case n > 0:
 				log.Info("forgot forwarded posts older than 30 days", "count", n)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	a.closers = append(a.closers, func() { cancel(); <-done })
+}
+
+// purgeDeleted removes for good, at start and then every interval
+// (hourly when 0), this node's streams DELETED longer than age
+// (store.deletePurgeAge; 0: never), until storage closes. A run cut short
+// (an error, or the shutdown) is finished by the next.
+func (a *App) purgeDeleted(log *slog.Logger, age, interval time.Duration) {
+	if age <= 0 {
+		log.Info("deleted streams are kept for ever (store.deletePurgeAge is 0)")
+		return
+	}
+	if interval <= 0 {
+		interval = time.Hour
+	}
+	st := a.store
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			res, err := st.PurgeDeleted(ctx, time.Now().Add(-age).UnixMilli())
+			if res.Streams > 0 {
+				log.Info("removed streams deleted longer than store.deletePurgeAge for good",
+					"count", res.Streams, "bytes", res.Bytes, "deletePurgeAge", age.String())
+			}
+			if err != nil && ctx.Err() == nil {
+				log.Warn("cannot remove deleted streams for good; trying again at the next run", "err", err, "interval", interval.String())
 			}
 			select {
 			case <-ctx.Done():

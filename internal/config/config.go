@@ -173,6 +173,15 @@ type Store struct {
 	// default), zstd (smaller, about four times the CPU) or none. Blocks
 	// of every kind stay readable whatever it is set to later.
 	Compression string `yaml:"compression"`
+	// DeletePurgeAge is how long a stream deleted through the API (marked
+	// DELETED) stays restorable: past it, the main service removes its
+	// file and row for good (a pack with the last of its streams), as the
+	// reference system's "Data Delete" job does streams DELETED longer
+	// than its deletePurgeAge. 0 keeps deleted streams for ever.
+	DeletePurgeAge Duration `yaml:"deletePurgeAge"`
+	// PurgeInterval is how often the purge of deleted streams runs (and
+	// at start); 0: hourly. Not read from the file: tests shorten it.
+	PurgeInterval time.Duration `yaml:"-"`
 }
 
 // DefaultMetaTypes are the stream types a post may name, as in the reference system.
@@ -212,7 +221,7 @@ func Default() Config {
 			X509CertificateDnHeader:            "X-SSL-CLIENT-S-DN",
 			X509CertificateDnFormat:            "LDAP",
 		},
-		Store: Store{BlockSize: 256 << 10, PackMaxSize: 256 << 10, Compression: "s2"},
+		Store: Store{BlockSize: 256 << 10, PackMaxSize: 256 << 10, Compression: "s2", DeletePurgeAge: Duration(7 * 24 * time.Hour)},
 		TLS:   TLS{ClientAuth: "request"},
 		API:   API{MaxConcurrentRequests: 64, MaxConcurrentDownloads: 64, RetryAfter: Duration(time.Second)},
 		Security: Security{
@@ -421,6 +430,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Store.PackMaxSize < 0 || c.Store.PackMaxSize > 16<<20 {
 		add("store.packMaxSize: must be between 0 (off) and 16MiB")
+	}
+	if c.Store.DeletePurgeAge < 0 {
+		add("store.deletePurgeAge: %v must not be negative (0 keeps deleted streams for ever)", c.Store.DeletePurgeAge)
 	}
 	switch c.Store.Compression {
 	case "s2", "zstd", "none":

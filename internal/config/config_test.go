@@ -344,3 +344,36 @@ func TestValidateProxyRefusesNode(t *testing.T) {
 		t.Errorf("proxy with node: %v", err)
 	}
 }
+
+// TestStoreDeletePurgeAge: 7 days by default; days, Go and ISO-8601
+// durations are read, 0 turns the purge off, and a negative age is
+// refused naming the option.
+func TestStoreDeletePurgeAge(t *testing.T) {
+	if got := Default().Store.DeletePurgeAge; got != Duration(7*24*time.Hour) {
+		t.Errorf("default store.deletePurgeAge %v, want 7 days", got)
+	}
+	for body, want := range map[string]Duration{
+		"store:\n  deletePurgeAge: 7d\n":   Duration(7 * 24 * time.Hour),
+		"store:\n  deletePurgeAge: 36h\n":  Duration(36 * time.Hour),
+		"store:\n  deletePurgeAge: P30D\n": Duration(30 * 24 * time.Hour),
+		"store:\n  deletePurgeAge: 0\n":    0,
+	} {
+		cfg, err := Load(write(t, body))
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		if cfg.Store.DeletePurgeAge != want {
+			t.Errorf("%q: %v, want %v", body, cfg.Store.DeletePurgeAge, want)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("%q: %v", body, err)
+		}
+	}
+	cfg, err := Load(write(t, "store:\n  deletePurgeAge: -1h\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "store.deletePurgeAge: -1h0m0s must not be negative") {
+		t.Errorf("negative store.deletePurgeAge: Validate() = %v", err)
+	}
+}
