@@ -179,7 +179,7 @@ func (s *server) registerStreams() {
 	huma.Register(s.api, secured(huma.Operation{
 		OperationID: "delete-stream", Method: http.MethodDelete, Path: "/streams/{id}", Tags: []string{"Streams"},
 		Summary:     "Delete a stream",
-		Description: "Marks the stream DELETED. Needs Data - Delete and DELETE on the feed.",
+		Description: "Marks the stream DELETED: it can be restored (POST /streams/restore) until store.deletePurgeAge (7 days by default) has passed, then it is removed for good. Needs Data - Delete and DELETE on the feed.",
 		Errors:      []int{http.StatusNotFound, http.StatusConflict},
 	}), func(ctx context.Context, in *streamInput) (*streamOutput, error) {
 		if err := require(ctx, access.DataDelete); err != nil {

@@ -119,8 +119,8 @@ func (s *server) registerStreamQueries() {
 		id, path, summary, what string
 		to                      meta.Status
 	}{
-		{"delete-streams", "/streams/delete", "Delete streams by filter", "Marks every UNLOCKED stream that matches DELETED", meta.Deleted},
-		{"restore-streams", "/streams/restore", "Restore streams by filter", "Makes every DELETED stream that matches UNLOCKED again", meta.Unlocked},
+		{"delete-streams", "/streams/delete", "Delete streams by filter", "Marks every UNLOCKED stream that matches DELETED (restorable until store.deletePurgeAge, 7 days by default, has passed, then removed for good)", meta.Deleted},
+		{"restore-streams", "/streams/restore", "Restore streams by filter", "Makes every DELETED stream that matches UNLOCKED again (one deleted longer than store.deletePurgeAge is gone for good)", meta.Unlocked},
 	} {
 		huma.Register(s.api, secured(huma.Operation{
 			OperationID: op.id, Method: http.MethodPost, Path: op.path, Tags: []string{"Streams"},
