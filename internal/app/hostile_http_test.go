@@ -96,3 +96,92 @@ func TestHostileHalfClosedPipelined(t *testing.T) {
 		})
 	}
 }
+
+// TestHostileUnsentBody: a request that announces a body and does not send
+// it, to a handler that answers without reading it (a refusal before the
+// body, /healthz). Go's server reads the rest of an unread body (up to 256
+// KiB) before it answers, and again when it closes it, with no deadline:
+// such a connection got no answer and was held, with its goroutine, for as
+// long as the sender kept it open; after Expect: 100-continue and a
+// refusal (the sender rightly waits for a 100 that never comes), the answer
+// came but the connection stayed open. Now the rest of the body has
+// receive.bodyIdleTimeout to arrive, then the answer is sent with
+// Connection: close and the connection is closed; a body that was never
+// asked for is not waited for at all.
+func TestHostileUnsentBody(t *testing.T) {
+	t.Parallel()
+	const idle = 2 * time.Second
+	s := start(t, func(c *config.Config) {
+		c.Receive.AuthenticationRequired = true
+		c.Receive.BodyIdleTimeout = config.Duration(idle)
+	})
+	key, _ := dbDataFeedKey(t, s, "1000", time.Now().Add(time.Hour))
+	// The key's hash is checked once here, not in the timed cases.
+	post(t, s, nil, "Feed", testFeed, "Authorization", "Bearer "+key, "AccountId", "1000").ok(t)
+	h := func(requestLine string, lines ...string) string {
+		return strings.ReplaceAll(head(s, requestLine, lines...), "\n", "\r\n") + "\r\n\r\n"
+	}
+	for _, tc := range []struct {
+		name    string
+		request string
+		code    int
+		// within: the answer and the end of the connection come within this
+		// much (the drain's deadline plus slack), and not before after.
+		within, after time.Duration
+	}{
+		{"no_credential", h("POST /datafeed HTTP/1.1", "Feed: "+testFeed, "Content-Length: 100"), 401, idle + 3*time.Second, idle / 2},
+		{"no_credential_chunked", h("POST /datafeed HTTP/1.1", "Feed: "+testFeed, "Transfer-Encoding: chunked"), 401, idle + 3*time.Second, idle / 2},
+		{"unknown_feed", h("POST /datafeed HTTP/1.1", "Feed: NO-SUCH-FEED", "Authorization: Bearer "+key, "AccountId: 1000", "Content-Length: 100"), 406, idle + 3*time.Second, idle / 2},
+		{"method", h("GET /datafeed HTTP/1.1", "Content-Length: 100"), 405, idle + 3*time.Second, idle / 2},
+		{"healthz", h("GET /healthz HTTP/1.1", "Content-Length: 100"), 200, idle + 3*time.Second, idle / 2},
+		{"expect_unknown_feed", h("POST /datafeed HTTP/1.1", "Feed: NO-SUCH-FEED", "Authorization: Bearer "+key, "AccountId: 1000",
+			"Expect: 100-continue", "Content-Length: 100"), 406, idle * 3 / 4, 0},
+		{"expect_no_credential", h("POST /datafeed HTTP/1.1", "Feed: "+testFeed, "Expect: 100-continue", "Content-Length: 100"), 401, idle * 3 / 4, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := dial(t, s)
+			start := time.Now()
+			if _, err := io.WriteString(c, tc.request); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(start.Add(tc.within + 10*time.Second))
+			br := bufio.NewReader(c)
+			res, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer after %v: %v", time.Since(start).Round(time.Millisecond), err)
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != tc.code {
+				t.Errorf("status %d, want %d", res.StatusCode, tc.code)
+			}
+			if res.StatusCode == 100 {
+				t.Errorf("100 Continue for a post refused before its body")
+			}
+			if !res.Close {
+				t.Errorf("answer without Connection: close: the sender would send its next request on a connection about to close")
+			}
+			if _, err := br.ReadByte(); err != io.EOF {
+				t.Errorf("after the answer: %v, want the connection closed (EOF)", err)
+			}
+			took := time.Since(start)
+			if took > tc.within || took < tc.after {
+				t.Errorf("answered and closed after %v, want between %v and %v", took.Round(time.Millisecond), tc.after, tc.within)
+			}
+		})
+	}
+	t.Run("body_sent_late_is_read", func(t *testing.T) {
+		// A refused post whose body arrives within the timeout keeps its
+		// connection: the next post on it is received.
+		t.Parallel()
+		c := dial(t, s)
+		body := "refused body"
+		io.WriteString(c, h("POST /datafeed HTTP/1.1", "Feed: NO-SUCH-FEED", "Authorization: Bearer "+key, "AccountId: 1000", "Content-Length: "+itoa(len(body))))
+		time.Sleep(idle / 2)
+		io.WriteString(c, body+rawPost(s, "next post\n", "Feed: "+testFeed, "Authorization: Bearer "+key, "AccountId: 1000"))
+		a := readAnswers(t, bufio.NewReader(c), 2)
+		a[0].fails(t, 406, 110)
+		a[1].ok(t)
+	})
+}
