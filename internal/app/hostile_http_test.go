@@ -8,6 +8,7 @@ package app_test
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -184,4 +185,42 @@ func TestHostileUnsentBody(t *testing.T) {
 		a[0].fails(t, 406, 110)
 		a[1].ok(t)
 	})
+}
+
+// TestHostileContentLengthOverLimit: a post whose Content-Length is over
+// receive.maxRequestSize is refused before its body is read. It got
+// "100 Continue" (curl asks for one before any body over 1 MiB), then the
+// 413 once maxRequestSize bytes had arrived.
+func TestHostileContentLengthOverLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 1 << 20
+	s := start(t, func(c *config.Config) { c.Receive.MaxRequestSize = limit })
+	t.Run("expect_100_continue", func(t *testing.T) {
+		c := dial(t, s)
+		io.WriteString(c, strings.ReplaceAll(head(s, "POST /datafeed HTTP/1.1", "Feed: "+testFeed, "Expect: 100-continue",
+			"Content-Length: "+itoa(4*limit)), "\n", "\r\n")+"\r\n\r\n")
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("no answer before the body: %v", err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		r := &resp{code: res.StatusCode, header: res.Header, body: string(b)}
+		r.fails(t, 413, 410, "Content-Length 4194304")
+		if !res.Close {
+			t.Error("413 without Connection: close")
+		}
+	})
+	t.Run("go_client", func(t *testing.T) {
+		// Go's client, which sends no Expect, still gets the status and not
+		// a broken connection while it is writing.
+		r := post(t, s, bytes.Repeat([]byte("x"), 8*limit), "Feed", testFeed)
+		r.fails(t, 413, 410, "Content-Length 8388608")
+	})
+	t.Run("chunked", func(t *testing.T) {
+		// No Content-Length: the limit is found by reading, as before.
+		r := send(t, s, http.MethodPost, "/datafeed", io.MultiReader(bytes.NewReader(bytes.Repeat([]byte("x"), 2*limit))) /* no length: chunked */, "Feed", testFeed)
+		r.fails(t, 413, 410, "the body is larger")
+	})
+	nothingStored(t, s)
 }

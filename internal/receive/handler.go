@@ -359,6 +359,16 @@ func (p *post) run() (outcome, error) {
 	if drop {
 		return outcomeDropped, nil
 	}
+	// A body whose Content-Length is over the limit is refused before any
+	// of it is read: a sender that asked with Expect: 100-continue gets
+	// the 413 instead of a 100 (it was told to send its body, then refused
+	// once maxRequestSize bytes of it had arrived), and no sender uploads up
+	// to maxRequestSize bytes in vain.
+	if limit := h.limit(); limit > 0 && p.r.ContentLength > limit {
+		return "", errorf(TooLarge, "Maximum request size exceeded (%s, receive.maxRequestSize): the body is larger (Content-Length %d)",
+			config.ByteSize(limit), p.r.ContentLength)
+	}
+
 	select {
 	case h.slots <- struct{}{}:
 		defer func() { <-h.slots }()
