@@ -9,13 +9,16 @@ package app_test
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/app/apptest"
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
@@ -223,4 +226,63 @@ func TestHostileContentLengthOverLimit(t *testing.T) {
 		r.fails(t, 413, 410, "the body is larger")
 	})
 	nothingStored(t, s)
+}
+
+// TestHostileDownloadNotRead: a client that starts a large download and
+// then reads nothing. The server's writes block once the sockets are full;
+// with no write deadline, the download held its goroutine and one of
+// api.maxConcurrentDownloads for as long as the client stayed connected, so
+// that many such clients refused every download with 503. Now a write that
+// the client does not take within receive.bodyIdleTimeout fails: the
+// connection is cut (the client sees a short, failed download, never a
+// complete-looking one) and the slot is free again.
+func TestHostileDownloadNotRead(t *testing.T) {
+	t.Parallel()
+	const idle = time.Second
+	s := start(t, func(c *config.Config) {
+		c.API.MaxConcurrentDownloads = 1
+		c.Receive.BodyIdleTimeout = config.Duration(idle)
+	})
+	reader := user(t, s, "reader", []string{access.DataView, access.DataExport}, map[string]access.Level{testFeed: access.View})
+	// Far more than the sockets between server and client hold, and random,
+	// so that the zip does not compress it to less.
+	big := make([]byte, 48<<20)
+	rng := rand.NewChaCha8([32]byte{1})
+	rng.Read(big)
+	id := streamByReceipt(t, s, post(t, s, big, "Feed", testFeed).ok(t)).ID
+	for _, path := range []string{fmt.Sprintf("/api/streams/%d/data", id), fmt.Sprintf("/api/streams/%d/zip", id)} {
+		t.Run(path, func(t *testing.T) {
+			c := dial(t, s)
+			if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: "+addr(s)+"\r\nAuthorization: Bearer "+reader.key+"\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(c)
+			res, err := http.ReadResponse(br, nil)
+			if err != nil || res.StatusCode != http.StatusOK {
+				t.Fatalf("download: %v %v", res, err)
+			}
+			// The client reads nothing more; the one download slot is taken.
+			if r := reader.do("GET", fmt.Sprintf("/streams/%d/data", id), ""); r.status != http.StatusServiceUnavailable {
+				t.Fatalf("a second download while the first is stalled: %d, want 503", r.status)
+			}
+			stalled := time.Now()
+			var freed time.Duration
+			for deadline := time.Now().Add(idle + 9*time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				if r := reader.do("GET", fmt.Sprintf("/streams/%d/data", id), ""); r.status == http.StatusOK {
+					freed = time.Since(stalled)
+					break
+				}
+			}
+			if freed == 0 {
+				t.Fatalf("the download slot of a client that reads nothing was still taken after %v", time.Since(stalled).Round(time.Second))
+			}
+			t.Logf("slot free after %v", freed.Round(10*time.Millisecond))
+			// The stalled client, reading now, gets a download cut short.
+			_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			n, err := io.Copy(io.Discard, res.Body)
+			if err == nil || n >= int64(len(big)) {
+				t.Errorf("the stalled download ended with %v after %d bytes: want it cut short", err, n)
+			}
+		})
+	}
 }
