@@ -286,3 +286,27 @@ func TestHostileDownloadNotRead(t *testing.T) {
 		})
 	}
 }
+
+// TestHostileChunkedTrailers: trailer fields after a chunked body are read
+// and ignored: one named Feed does not move the post to another feed, and
+// none becomes an attribute (the headers were checked before the body was
+// read, so a trailer cannot take part in them).
+func TestHostileChunkedTrailers(t *testing.T) {
+	t.Parallel()
+	s := start(t, nil)
+	s.CreateFeed("OTHER-FEED", "", "")
+	r := rawRequest(t, s, head(s, "POST /datafeed HTTP/1.1", "Feed: "+testFeed, "Transfer-Encoding: chunked", "Trailer: Feed, System"),
+		[]byte("5\r\nhello\r\n0\r\nFeed: OTHER-FEED\r\nSystem: from-trailer\r\n\r\n"))
+	st := oneStream(t, s, testFeed, "Raw Events", r.ok(t))
+	if got := string(s.Read(st.ID, 0, 0)); got != "hello" {
+		t.Errorf("data %q", got)
+	}
+	for _, k := range []string{"System", "Trailer"} {
+		if v, ok := st.Attributes.Get(k); ok {
+			t.Errorf("attribute %s: %q, want none", k, v)
+		}
+	}
+	if n := len(s.Streams()); n != 1 {
+		t.Errorf("%d streams, want 1", n)
+	}
+}
