@@ -532,28 +532,30 @@ func boundUnreadBody(idle time.Duration, h http.Handler) http.Handler {
 		*r2 = *r
 		r2.Body = b
 		h.ServeHTTP(w, r2)
-		if b.eof {
+		if b.eof.Load() {
 			return
 		}
 		deadline := time.Now().Add(idle)
-		if !b.read && strings.EqualFold(r.Header.Get("Expect"), "100-continue") && r.ProtoAtLeast(1, 1) {
+		if !b.read.Load() && strings.EqualFold(r.Header.Get("Expect"), "100-continue") && r.ProtoAtLeast(1, 1) {
 			deadline = time.Now()
 		}
 		_ = http.NewResponseController(w).SetReadDeadline(deadline)
 	})
 }
 
-// watchedBody tells whether a request body was read, and read to its end.
+// watchedBody tells whether a request body was read, and read to its end
+// (atomically: a proxy's relay may still be reading it from its HTTP
+// client's goroutine).
 type watchedBody struct {
 	io.ReadCloser
-	read, eof bool
+	read, eof atomic.Bool
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
-	b.read = true
+	b.read.Store(true)
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF {
-		b.eof = true
+		b.eof.Store(true)
 	}
 	return n, err
 }
