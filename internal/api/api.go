@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -209,7 +210,13 @@ func (sl *slot) release() { sl.once.Do(func() { <-sl.ch }) }
 // them, would otherwise hold every slot for as long as they read, and
 // every other call would get 503. On an error the caller closes what body
 // would have.
-func (s *server) download(ctx context.Context, body func(hc huma.Context)) (*huma.StreamResponse, error) {
+//
+// body writes through w, not hc's own writer: a client that stops reading
+// (its socket buffers full) fails the download after
+// receive.bodyIdleTimeout without taking anything, as a sender that stops
+// sending fails its post, instead of holding the download slot and its
+// goroutine for as long as it stays connected.
+func (s *server) download(ctx context.Context, body func(hc huma.Context, w http.ResponseWriter)) (*huma.StreamResponse, error) {
 	select {
 	case s.downloads <- struct{}{}:
 	default:
@@ -223,9 +230,24 @@ func (s *server) download(ctx context.Context, body func(hc huma.Context)) (*hum
 		if sl, ok := ctx.Value(slotKey{}).(*slot); ok {
 			sl.release()
 		}
-		body(hc)
+		_, w := humago.Unwrap(hc)
+		body(hc, &idleResponseWriter{ResponseWriter: w, rc: http.NewResponseController(w), idle: s.Config.Receive.BodyIdleTimeout.D()})
 	}}, nil
 }
+
+// idleResponseWriter gives each write idle to reach the client.
+type idleResponseWriter struct {
+	http.ResponseWriter
+	rc   *http.ResponseController
+	idle time.Duration
+}
+
+func (w *idleResponseWriter) Write(p []byte) (int, error) {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.idle))
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *idleResponseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // secured marks an operation as needing a caller.
 func secured(op huma.Operation) huma.Operation {

@@ -122,9 +122,9 @@ func (s *opsAPI) registerExports() {
 		if err != nil {
 			return nil, s.internal("open export", err)
 		}
-		resp, err := s.download(ctx, func(hc huma.Context) {
+		resp, err := s.download(ctx, func(hc huma.Context, w http.ResponseWriter) {
 			defer f.Close()
-			r, w := humago.Unwrap(hc)
+			r, _ := humago.Unwrap(hc)
 			w.Header().Set("Content-Type", "application/zip")
 			w.Header().Set("Content-Disposition", `attachment; filename="weir-export-`+op.ID+`.zip"`)
 			http.ServeContent(w, r, "", time.UnixMilli(op.FinishMs), f)
@@ -151,12 +151,12 @@ func (s *opsAPI) registerExports() {
 		if err != nil {
 			return nil, err
 		}
-		resp, err := s.download(ctx, func(hc huma.Context) {
+		resp, err := s.download(ctx, func(hc huma.Context, w http.ResponseWriter) {
 			defer r.Close()
 			hc.SetHeader("Content-Type", "application/zip")
 			hc.SetHeader("Content-Disposition", `attachment; filename="weir-stream-`+strconv.FormatInt(st.ID, 10)+`.zip"`)
 			hc.SetStatus(http.StatusOK)
-			zw := stroomzip.NewWriter(hc.BodyWriter())
+			zw := stroomzip.NewWriter(w)
 			_, err := writeStreamParts(hc.Context(), zw, r)
 			if err == nil {
 				err = zw.Close()

@@ -363,7 +363,7 @@ func (s *server) streamData(ctx context.Context, in *dataInput) (*huma.StreamRes
 		name += "-" + strings.ToLower(strings.ReplaceAll(in.Child, " ", ""))
 	}
 	body := io.NewSectionReader(all, start, n)
-	resp, err := s.download(ctx, func(hc huma.Context) {
+	resp, err := s.download(ctx, func(hc huma.Context, w http.ResponseWriter) {
 		defer r.Close()
 		hc.SetHeader("Content-Type", "application/octet-stream")
 		hc.SetHeader("Content-Length", strconv.FormatInt(n, 10))
@@ -375,7 +375,7 @@ func (s *server) streamData(ctx context.Context, in *dataInput) (*huma.StreamRes
 		}
 		hc.SetStatus(status)
 		// A block-sized buffer: each read inflates whole blocks.
-		if _, err := io.CopyBuffer(hc.BodyWriter(), body, make([]byte, streamfile.DefaultBlockSize)); err != nil {
+		if _, err := io.CopyBuffer(w, body, make([]byte, streamfile.DefaultBlockSize)); err != nil {
 			s.Log.Warn("stream download ended early", "stream", st.ID, "err", err)
 		}
 	})

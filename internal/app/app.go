@@ -277,7 +277,7 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 		}
 	}
 	a.srv = &http.Server{
-		Handler:           withVersion(Version(), underBasePath(cfg.BasePath, mux)),
+		Handler:           boundUnreadBody(cfg.Receive.BodyIdleTimeout.D(), withVersion(Version(), underBasePath(cfg.BasePath, mux))),
 		ReadHeaderTimeout: cfg.Receive.ReadHeaderTimeout.D(),
 		MaxHeaderBytes:    receive.ServerMaxHeaderBytes(int(cfg.Receive.MaxHeaderBytes)),
 		IdleTimeout:       2 * time.Minute,
@@ -543,6 +543,60 @@ func withVersion(version string, h http.Handler) http.Handler {
 		w.Header().Set(VersionHeader, version)
 		h.ServeHTTP(w, r)
 	})
+}
+
+// boundUnreadBody bounds the time Go's HTTP/1 server waits for the part of
+// a request body that the handler did not read. When a handler answers
+// without reading the body (a refusal before it: 401, 406, 405, a 404, or
+// /healthz called with a body), the server reads what is left of it (up to
+// 256 KiB, so that the connection can be used again) before it sends the
+// answer, and again when it closes the body, all with no read deadline: a
+// sender that declared a body and never sent it (or, after Expect:
+// 100-continue, rightly waited for a 100 that never came) held its
+// connection and goroutine for as long as it stayed connected, and got no
+// answer at all when the Expect header was missing. Now the rest of such
+// a body has idle (receive.bodyIdleTimeout) to arrive, as a body that is
+// read has between reads; after that the connection is closed, the answer
+// sent with Connection: close. A body that was never asked for (Expect:
+// 100-continue and no 100 sent) is not waited for: the sender must not send
+// it.
+func boundUnreadBody(idle time.Duration, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			h.ServeHTTP(w, r)
+			return
+		}
+		b := &watchedBody{ReadCloser: r.Body}
+		r2 := new(http.Request)
+		*r2 = *r
+		r2.Body = b
+		h.ServeHTTP(w, r2)
+		if b.eof.Load() {
+			return
+		}
+		deadline := time.Now().Add(idle)
+		if !b.read.Load() && strings.EqualFold(r.Header.Get("Expect"), "100-continue") && r.ProtoAtLeast(1, 1) {
+			deadline = time.Now()
+		}
+		_ = http.NewResponseController(w).SetReadDeadline(deadline)
+	})
+}
+
+// watchedBody tells whether a request body was read, and read to its end
+// (atomically: a proxy's relay may still be reading it from its HTTP
+// client's goroutine).
+type watchedBody struct {
+	io.ReadCloser
+	read, eof atomic.Bool
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	b.read.Store(true)
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof.Store(true)
+	}
+	return n, err
 }
 
 // underBasePath serves h below a deployment base path (e.g. /weir, so that

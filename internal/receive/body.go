@@ -186,6 +186,9 @@ func storeError(err error) error {
 	if store.IsNoSpace(err) || meta.IsFull(err) {
 		return wrap(Unavailable, err, "the store is out of disk space")
 	}
+	if store.IsTooManyFiles(err) {
+		return wrap(Unavailable, err, "weir has as many files open as it may (connections included; see ulimit -n)")
+	}
 	return wrap(UnknownError, err, "storing the data failed")
 }
 

@@ -211,6 +211,17 @@ type post struct {
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Go's server cancels a request's context as soon as it reads the end
+	// of the connection's input, which a sender that shuts down its
+	// sending side after its request (or after several pipelined ones)
+	// causes while it waits for the answer: the credential, feed and
+	// receipt rule look-ups, the relay to the downstream, would then fail
+	// with "context canceled", answered as a refusal (a valid data feed key
+	// got 401 / 313). A post depends on its connection only through its
+	// body, whose reads fail on their own when the sender is gone, and
+	// every wait below is bounded without the context (timeouts, a slot, an
+	// earlier send of the same post).
+	r = r.WithContext(context.WithoutCancel(r.Context()))
 	now := h.opt.Now()
 	id := h.opt.IDs.Next().String()
 	p := &post{h: h, r: r, w: w, receiptID: id, received: now}
@@ -347,6 +358,15 @@ func (p *post) run() (outcome, error) {
 	}
 	if drop {
 		return outcomeDropped, nil
+	}
+	// A body whose Content-Length is over the limit is refused before any
+	// of it is read: a sender that asked with Expect: 100-continue gets
+	// the 413 instead of a 100 (it was told to send its body, then refused
+	// once maxRequestSize bytes of it had arrived), and no sender uploads up
+	// to maxRequestSize bytes in vain.
+	if limit := h.limit(); limit > 0 && p.r.ContentLength > limit {
+		return "", errorf(TooLarge, "Maximum request size exceeded (%s, receive.maxRequestSize): the body is larger (Content-Length %d)",
+			config.ByteSize(limit), p.r.ContentLength)
 	}
 
 	select {

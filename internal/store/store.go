@@ -644,3 +644,11 @@ func syncDir(dir string) error {
 func IsNoSpace(err error) bool {
 	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
+
+// IsTooManyFiles reports whether err is the process (EMFILE) or the system
+// (ENFILE) having as many files open as it may: connections count, so a
+// flood of them leaves a post unable to open its stream file until some
+// close.
+func IsTooManyFiles(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}
