@@ -234,10 +234,11 @@ func TestForwardedPostsKept(t *testing.T) {
 	}
 }
 
-// execDB runs a statement on the stopped server's metadata database.
+// execDB runs a statement that must change a row on a server's metadata
+// database; a running server's SQLite writer is waited for.
 func execDB(t *testing.T, cfg config.Config, query string, args ...any) {
 	t.Helper()
-	driver, dsn := "sqlite", filepath.Join(cfg.Data, "weir.db")
+	driver, dsn := "sqlite", "file:"+filepath.Join(cfg.Data, "weir.db")+"?_pragma=busy_timeout(10000)"
 	if cfg.DB != "" {
 		driver, dsn = "pgx", cfg.DB
 	}

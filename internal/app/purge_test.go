@@ -8,7 +8,6 @@ package app_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -46,24 +45,9 @@ func pgBig(seed uint64) []byte {
 // deleted then. The server may be running: SQLite waits for its writer.
 func pgAge(t *testing.T, cfg config.Config, ids ...int64) {
 	t.Helper()
-	driver, dsn := "sqlite", "file:"+filepath.Join(cfg.Data, "weir.db")+"?_pragma=busy_timeout(10000)"
-	if cfg.DB != "" {
-		driver, dsn = "pgx", cfg.DB
-	}
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	for _, id := range ids {
-		res, err := db.Exec(`UPDATE streams SET status_ms = $1 WHERE id = $2 AND status = 'DELETED'`,
+		execDB(t, cfg, `UPDATE streams SET status_ms = $1 WHERE id = $2 AND status = 'DELETED'`,
 			time.Now().Add(-30*24*time.Hour).UnixMilli(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			t.Fatalf("age stream %d: %d rows changed", id, n)
-		}
 	}
 }
 
