@@ -19,7 +19,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -230,24 +229,12 @@ func (s *server) download(ctx context.Context, body func(hc huma.Context, w http
 		if sl, ok := ctx.Value(slotKey{}).(*slot); ok {
 			sl.release()
 		}
-		_, w := humago.Unwrap(hc)
-		body(hc, &idleResponseWriter{ResponseWriter: w, rc: http.NewResponseController(w), idle: s.Config.Receive.BodyIdleTimeout.D()})
+		r, w := humago.Unwrap(hc)
+		iw := newIdleResponseWriter(r, w, s.Config.Receive.BodyIdleTimeout.D())
+		defer iw.stop()
+		body(hc, iw)
 	}}, nil
 }
-
-// idleResponseWriter gives each write idle to reach the client.
-type idleResponseWriter struct {
-	http.ResponseWriter
-	rc   *http.ResponseController
-	idle time.Duration
-}
-
-func (w *idleResponseWriter) Write(p []byte) (int, error) {
-	_ = w.rc.SetWriteDeadline(time.Now().Add(w.idle))
-	return w.ResponseWriter.Write(p)
-}
-
-func (w *idleResponseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // secured marks an operation as needing a caller.
 func secured(op huma.Operation) huma.Operation {

@@ -281,6 +281,7 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 		ReadHeaderTimeout: cfg.Receive.ReadHeaderTimeout.D(),
 		MaxHeaderBytes:    receive.ServerMaxHeaderBytes(int(cfg.Receive.MaxHeaderBytes)),
 		IdleTimeout:       2 * time.Minute,
+		ConnContext:       api.ConnContext, // a download watches its client take its bytes
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	if a.ln, err = net.Listen("tcp", cfg.Listen); err != nil {

@@ -287,6 +287,57 @@ func TestHostileDownloadNotRead(t *testing.T) {
 	}
 }
 
+// TestHostileDownloadReadSlowly: a client that reads its download slowly
+// but steadily (a slow link: some bytes every tenth of a second, never idle
+// for long) gets all of it. Each write of a download had
+// receive.bodyIdleTimeout to reach the client, and a write is a whole block
+// (256 KiB), which must all be in the socket's buffer before the write
+// returns, and which the system makes room in only once a third of it has
+// gone: a client taking less than that per bodyIdleTimeout had its download
+// cut once the buffers were full.
+func TestHostileDownloadReadSlowly(t *testing.T) {
+	t.Parallel()
+	const idle = 300 * time.Millisecond
+	s := start(t, func(c *config.Config) { c.Receive.BodyIdleTimeout = config.Duration(idle) })
+	reader := user(t, s, "reader", []string{access.DataView, access.DataExport}, map[string]access.Level{testFeed: access.View})
+	big := make([]byte, 6<<20)
+	rand.NewChaCha8([32]byte{2}).Read(big)
+	id := streamByReceipt(t, s, post(t, s, big, "Feed", testFeed).ok(t)).ID
+	for _, path := range []string{fmt.Sprintf("/api/streams/%d/data", id), fmt.Sprintf("/api/streams/%d/zip", id)} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			c := dial(t, s)
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetReadBuffer(32 << 10) // the buffers fill sooner
+			}
+			if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: "+addr(s)+"\r\nAuthorization: Bearer "+reader.key+"\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			res, err := http.ReadResponse(bufio.NewReaderSize(c, 4<<10), nil)
+			if err != nil || res.StatusCode != http.StatusOK {
+				t.Fatalf("download: %v %v", res, err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+			// 64 KiB every 100 ms (640 KiB/s): the client is never idle for
+			// long, but a third of the server's socket buffer (a megabyte or
+			// more here) takes longer than idle to go.
+			buf := make([]byte, 64<<10)
+			var n int64
+			for {
+				m, err := io.ReadFull(res.Body, buf)
+				n += int64(m)
+				if err != nil {
+					if err != io.EOF && err != io.ErrUnexpectedEOF || n < int64(len(big)) {
+						t.Fatalf("a download read slowly but steadily was cut after %d bytes: %v", n, err)
+					}
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+	}
+}
+
 // TestHostileChunkedTrailers: trailer fields after a chunked body are read
 // and ignored: one named Feed does not move the post to another feed, and
 // none becomes an attribute (the headers were checked before the body was
