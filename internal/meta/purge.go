@@ -85,9 +85,7 @@ func (r *Repo) ClaimPurge(ctx context.Context, node string, ids []int64, beforeM
 	}
 	err := r.withTx(ctx, func(tx *sql.Tx) error {
 		args := []any{string(Deleted), beforeMs, node, streamquery.JSONList(ids)}
-		rows, err := tx.QueryContext(ctx, `UPDATE streams SET `+claimSQL+`
-			WHERE status = $1 AND status_ms < $2 AND node = $3 AND pack = '' AND `+
-			r.dialect().InJSON("id", r.placeholder(args, true), true)+` RETURNING id`, args...)
+		rows, err := tx.QueryContext(ctx, r.claimPurgeSQL(r.placeholder(args, true)), args...)
 		if err != nil {
 			return err
 		}
@@ -113,8 +111,7 @@ func (r *Repo) ClaimPack(ctx context.Context, pack string, beforeMs int64) ([]in
 	// Most packs that still hold a live or a recently deleted stream are
 	// told apart by a read, without a write transaction.
 	var left int64
-	if err := r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM streams WHERE pack = $1 AND NOT (status = $2 AND status_ms < $3)`,
-		pack, string(Deleted), beforeMs).Scan(&left); err != nil {
+	if err := r.db.QueryRowContext(ctx, r.packKeepSQL(), pack, string(Deleted), beforeMs).Scan(&left); err != nil {
 		return nil, fmt.Errorf("count the streams of pack %s to keep: %w", pack, err)
 	}
 	if left > 0 {
@@ -126,8 +123,7 @@ func (r *Repo) ClaimPack(ctx context.Context, pack string, beforeMs int64) ([]in
 		// that a restore of one of them waits for this transaction and
 		// then finds it claimed, and one that committed before is counted
 		// below (READ COMMITTED: each statement sees what committed before it).
-		rows, err := tx.QueryContext(ctx, `UPDATE streams SET `+claimSQL+`
-			WHERE pack = $1 AND status = $2 AND status_ms < $3 RETURNING id`, pack, string(Deleted), beforeMs)
+		rows, err := tx.QueryContext(ctx, r.claimPackSQL(), pack, string(Deleted), beforeMs)
 		if err != nil {
 			return err
 		}
@@ -135,8 +131,7 @@ func (r *Repo) ClaimPack(ctx context.Context, pack string, beforeMs int64) ([]in
 			return err
 		}
 		var left int64
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM streams WHERE pack = $1 AND NOT (status = $2 AND status_ms < 0)`,
-			pack, string(Deleted)).Scan(&left); err != nil {
+		if err := tx.QueryRowContext(ctx, r.packKeepSQL(), pack, string(Deleted), 0).Scan(&left); err != nil {
 			return err
 		}
 		if left > 0 {
@@ -151,6 +146,52 @@ func (r *Repo) ClaimPack(ctx context.Context, pack string, beforeMs int64) ([]in
 		return nil, fmt.Errorf("claim the streams of pack %s for removal: %w", pack, err)
 	}
 	return claimed, nil
+}
+
+// The purge's statements must not walk the table, nor every DELETED row:
+// ClaimPack runs for each pack a batch names, under the store's pack lock
+// (posts into packs wait) and, but for its first count, on the database's
+// writer; ClaimPurge for each batch on the writer. SQLite, left to itself,
+// scanned the whole table for a pack's rows (a plain pack = $1 does not tell
+// it that the partial index streams_pack, WHERE pack <> '', holds them)
+// and, for the claims, walked every entry of streams_status_ms older than
+// the cutoff: after a backlog, most of the table, for each pack and each
+// batch (a million rows: half a second a pack, a purge of the backlog
+// holding up posts for tens of minutes).
+
+// inPackSQL selects pack $1's rows through streams_pack.
+const inPackSQL = `pack = $1 AND pack <> ''`
+
+// packKeepSQL counts pack $1's rows that are not DELETED before $3 ($2 is
+// DELETED).
+func (r *Repo) packKeepSQL() string {
+	return `SELECT COUNT(*) FROM streams` + r.indexedBy("streams_pack") + ` WHERE ` + inPackSQL + ` AND NOT (status = $2 AND status_ms < $3)`
+}
+
+// claimPackSQL claims pack $1's rows DELETED ($2) before $3.
+func (r *Repo) claimPackSQL() string {
+	return `UPDATE streams` + r.indexedBy("streams_pack") + ` SET ` + claimSQL + `
+		WHERE ` + inPackSQL + ` AND status = $2 AND status_ms < $3 RETURNING id`
+}
+
+// claimPurgeSQL claims the rows of ids (the JSON list ph) that are DELETED
+// ($1) before $2, of node $3 and in no pack: found by id (SQLite: by rowid).
+func (r *Repo) claimPurgeSQL(ph string) string {
+	notIndexed := ""
+	if r.engine == engineSQLite {
+		notIndexed = " NOT INDEXED"
+	}
+	return `UPDATE streams` + notIndexed + ` SET ` + claimSQL + `
+		WHERE status = $1 AND status_ms < $2 AND node = $3 AND pack = '' AND ` +
+		r.dialect().InJSON("id", ph, true) + ` RETURNING id`
+}
+
+// indexedBy makes SQLite use index for the table just named.
+func (r *Repo) indexedBy(index string) string {
+	if r.engine == engineSQLite {
+		return " INDEXED BY " + index
+	}
+	return ""
 }
 
 func scanIDs(rows *sql.Rows) ([]int64, error) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -21,6 +22,7 @@ func TestPurge(t *testing.T) {
 				{"ClaimStopsRestore", testPurgeClaimStopsRestore},
 				{"ClaimPack", testPurgeClaimPack},
 				{"ClaimPackRacesRestore", testPurgeClaimPackRacesRestore},
+				{"Plans", testPurgePlans},
 			}
 			for _, tc := range tests {
 				t.Run(tc.name, func(t *testing.T) {
@@ -253,4 +255,34 @@ func testPurgeClaimPackRacesRestore(t *testing.T, loc location) {
 			t.Fatalf("round %d: claim %v, restore %v, stream %s", i, claimed, restoreErr, got.Status)
 		}
 	}
+}
+
+// testPurgePlans: the claims find their rows by index, not by walking the
+// table or every DELETED row (streams_status_ms). ClaimPack runs for each
+// pack a purge batch names, under the store's pack lock and on the
+// database's writer, and ClaimPurge for each batch: SQLite scanned the
+// whole table for a pack's rows (the partial index streams_pack was not
+// used for a plain pack = $1) and, for the claims, every stream DELETED
+// before the cutoff (after a backlog, most of the table).
+func testPurgePlans(t *testing.T, loc location) {
+	r := openRepo(t, loc)
+	pack := "packs/2024/01/01/n1-7.wpk"
+	for _, q := range []struct {
+		name, sql string
+		args      []any
+		want      string
+	}{
+		{"count a pack's rows to keep", r.packKeepSQL(), []any{pack, string(Deleted), 1000}, "streams_pack"},
+		{"claim a pack", r.claimPackSQL(), []any{pack, string(Deleted), 1000}, "streams_pack"},
+	} {
+		if plan := queryPlan(t, r, q.sql, q.args...); !strings.Contains(plan, q.want) || strings.Contains(plan, "SCAN streams") {
+			t.Errorf("%s: does not use %s:\n%s", q.name, q.want, plan)
+		}
+	}
+	args := []any{string(Deleted), 1000, "n1", "[1,2,3]"}
+	plan := queryPlan(t, r, r.claimPurgeSQL(r.placeholder(args, true)), args...)
+	if r.Engine() == engineSQLite && (!strings.Contains(plan, "PRIMARY KEY") || strings.Contains(plan, "streams_status_ms")) {
+		t.Errorf("claim streams by id: not by rowid:\n%s", plan)
+	}
+	t.Logf("claim streams by id:\n%s", plan)
 }

@@ -720,7 +720,7 @@ func (r *Repo) SetStreamStatus(ctx context.Context, id int64, status Status) err
 // PackLive counts the streams in a pack that are not DELETED.
 func (r *Repo) PackLive(ctx context.Context, pack string) (int64, error) {
 	var n int64
-	if err := r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM streams WHERE pack = $1 AND status <> $2`, pack, string(Deleted)).Scan(&n); err != nil {
+	if err := r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM streams WHERE `+inPackSQL+` AND status <> $2`, pack, string(Deleted)).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count live streams of pack %s: %w", pack, err)
 	}
 	return n, nil
@@ -731,7 +731,7 @@ func (r *Repo) PackStreamIDs(ctx context.Context, pack string) ([]int64, error) 
 	ids, err := queryAll(ctx, r.db, func(s rowScanner) (int64, error) {
 		var id int64
 		return id, s.Scan(&id)
-	}, `SELECT id FROM streams WHERE pack = $1 ORDER BY id`, pack)
+	}, `SELECT id FROM streams WHERE `+inPackSQL+` ORDER BY id`, pack)
 	if err != nil {
 		return nil, fmt.Errorf("list streams of pack %s: %w", pack, err)
 	}
@@ -741,7 +741,7 @@ func (r *Repo) PackStreamIDs(ctx context.Context, pack string) ([]int64, error) 
 // PackReferenced reports whether any stream row names the pack.
 func (r *Repo) PackReferenced(ctx context.Context, pack string) (bool, error) {
 	var n int
-	err := r.db.QueryRowContext(ctx, `SELECT 1 FROM streams WHERE pack = $1 LIMIT 1`, pack).Scan(&n)
+	err := r.db.QueryRowContext(ctx, `SELECT 1 FROM streams WHERE `+inPackSQL+` LIMIT 1`, pack).Scan(&n)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return false, nil

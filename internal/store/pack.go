@@ -451,59 +451,72 @@ func (s *Store) removeDeleted(ctx context.Context, streams []meta.Stream, claim 
 	if len(packs) == 0 {
 		return r, nil
 	}
-	// A pack with no batch in flight has a final live count (packMu keeps
-	// batches out while this runs); the open pack is closed first if it is
-	// to go. A pack with a batch in flight is left: that batch's rows are
-	// about to be live (if its transaction fails after all, the pack's
-	// deleted rows still name it, and the next cleanup removes it).
-	s.packMu.Lock()
-	defer s.packMu.Unlock()
 	for pack := range packs {
-		if s.packsInFlight[pack] > 0 {
+		// Only this node's packs: their names start with its name.
+		if claim != nil && !ownPack(filepath.Base(pack), safeName(s.opt.Node)+"-") {
 			continue
 		}
-		var ids []int64
-		if claim != nil {
-			// Only this node's packs: their names start with its name.
-			if !ownPack(filepath.Base(pack), safeName(s.opt.Node)+"-") {
-				continue
-			}
-			var err error
-			if ids, err = s.repo.ClaimPack(ctx, pack, *claim); err != nil {
-				return r, err
-			}
-			if ids == nil {
-				continue
-			}
-		} else {
-			live, err := s.repo.PackLive(ctx, pack)
-			if err != nil {
-				return r, err
-			}
-			if live > 0 {
-				continue
-			}
+		ids, size, err := s.removePack(ctx, pack, claim)
+		if ids != nil || err != nil { // removed, or maybe
+			r.dirs[filepath.Dir(filepath.Join(s.opt.Root, pack))] = true
 		}
-		if s.pack != nil && s.pack.rel == pack {
-			s.closePack()
-		}
-		path := filepath.Join(s.opt.Root, pack)
-		r.dirs[filepath.Dir(path)] = true
-		if fi, err := os.Stat(path); err == nil {
-			r.bytes += fi.Size()
-		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return r, fmt.Errorf("remove pack %s: %w", pack, err)
-		}
-		if claim == nil {
-			var err error
-			if ids, err = s.repo.PackStreamIDs(ctx, pack); err != nil {
-				return r, err
-			}
+		if err != nil {
+			return r, err
 		}
 		r.ids = append(r.ids, ids...)
+		r.bytes += size
 	}
 	return r, nil
+}
+
+// removePack removes pack if none of its streams is to stay, and returns
+// the ids of its rows (nil if it stays) and the size of its file. A pack
+// with no batch in flight has a final live count (packMu keeps batches out
+// while this runs); the open pack is closed first if it is to go. A pack
+// with a batch in flight is left: that batch's rows are about to be live
+// (if its transaction fails after all, the pack's deleted rows still name
+// it, and the next cleanup removes it). packMu is held for one pack at a
+// time: posts into packs wait for it, and a purge's batch may name
+// hundreds of packs.
+func (s *Store) removePack(ctx context.Context, pack string, claim *int64) ([]int64, int64, error) {
+	s.packMu.Lock()
+	defer s.packMu.Unlock()
+	if s.packsInFlight[pack] > 0 {
+		return nil, 0, nil
+	}
+	var ids []int64
+	if claim != nil {
+		var err error
+		if ids, err = s.repo.ClaimPack(ctx, pack, *claim); err != nil || ids == nil {
+			return nil, 0, err
+		}
+	} else {
+		live, err := s.repo.PackLive(ctx, pack)
+		if err != nil || live > 0 {
+			return nil, 0, err
+		}
+	}
+	if s.pack != nil && s.pack.rel == pack {
+		s.closePack()
+	}
+	path := filepath.Join(s.opt.Root, pack)
+	var size int64
+	if fi, err := os.Stat(path); err == nil {
+		size = fi.Size()
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, 0, fmt.Errorf("remove pack %s: %w", pack, err)
+	}
+	if claim == nil {
+		var err error
+		if ids, err = s.repo.PackStreamIDs(ctx, pack); err != nil {
+			return nil, 0, err
+		}
+		if ids == nil {
+			ids = []int64{}
+		}
+	}
+	return ids, size, nil
 }
 
 // PurgeResult is what PurgeDeleted removed.
