@@ -446,7 +446,7 @@ func (a *App) purgeDeleted(log *slog.Logger, age, interval time.Duration) {
 	if interval <= 0 {
 		interval = time.Hour
 	}
-	st := a.store
+	st, lock := a.store, a.nodeLock
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -454,6 +454,19 @@ func (a *App) purgeDeleted(log *slog.Logger, age, interval time.Duration) {
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
+			// Without its node's lock (PostgreSQL) the server may not
+			// act as its node: another server may have started as it,
+			// whose streams these rows now are, their files on its disk.
+			// Removing the rows would leave those files named by no row.
+			if err := lock.Err(); err != nil {
+				log.Debug("deleted streams are not removed while the node lock is lost", "err", err)
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				continue
+			}
 			res, err := st.PurgeDeleted(ctx, time.Now().Add(-age).UnixMilli())
 			if res.Streams > 0 {
 				log.Info("removed streams deleted longer than store.deletePurgeAge for good",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/app"
 	"github.com/weirhq/weir/internal/app/apptest"
 	"github.com/weirhq/weir/internal/meta/metatest"
@@ -338,4 +340,67 @@ func TestNodeLockWaitedForAtStart(t *testing.T) {
 	}
 	defer a.Shutdown(0)
 	pollLong(t, "the server holding the node lock", func() bool { return w.holder() != 0 })
+}
+
+// TestPurgeWaitsForNodeLock: a server that has lost its node lock to
+// another session (most likely another server started as the same node)
+// removes none of the node's deleted streams until it holds the lock again:
+// the rows may be the other server's now, their files on its disk, which
+// removing the rows would leave named by no row.
+func TestPurgeWaitsForNodeLock(t *testing.T) {
+	cfg := apptest.Config(t)
+	if cfg.DB == "" {
+		cfg.DB = metatest.PostgresDSN(t) // skips without WEIR_TEST_POSTGRES_DSN
+	}
+	cfg.NodeLockCheckInterval = 50 * time.Millisecond
+	pgConfig(&cfg)
+	s := apptest.StartConfig(t, cfg)
+	s.CreateFeed("NODE-FEED", "", "")
+	w := newLockWatch(t, cfg.DB, cfg.Node)
+	admin := user(t, s, "pgadmin", []string{access.Administrator}, nil)
+	st := streamByReceipt(t, s, post(t, s, pgBig(1), "Feed", "NODE-FEED").ok(t))
+	path := s.App.Store().Path(st)
+	admin.do("DELETE", fmt.Sprintf("/streams/%d", st.ID), "").want(t, "delete", 200, nil)
+
+	// Another session takes the lock the moment the server's ends.
+	ctx := context.Background()
+	other, err := w.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	var otherPID int
+	if err := other.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&otherPID); err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan error, 1)
+	go func() {
+		_, err := other.ExecContext(ctx, `SELECT pg_advisory_lock(`+nodeLockKeys+`)`, 0x77656973, cfg.Node)
+		granted <- err
+	}()
+	pollLong(t, "the other session waiting for the lock", func() bool {
+		var waiting bool
+		if err := w.db.QueryRow(`SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND locktype = 'advisory' AND NOT granted)`,
+			otherPID).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return waiting
+	})
+	w.kill(w.holder())
+	if err := <-granted; err != nil {
+		t.Fatalf("the other session's lock: %v", err)
+	}
+	pollLong(t, "the server noticing the other holder", func() bool { return logCount(s, logOther) == 1 })
+
+	pgAge(t, s.Cfg, st.ID)
+	time.Sleep(500 * time.Millisecond) // 25 purge intervals
+	if pgGone(t, s, st.ID) || !pgExists(t, path) {
+		t.Fatal("a server without its node lock removed a deleted stream of the node")
+	}
+
+	var unlocked bool
+	if err := other.QueryRowContext(ctx, `SELECT pg_advisory_unlock(`+nodeLockKeys+`)`, 0x77656973, cfg.Node).Scan(&unlocked); err != nil || !unlocked {
+		t.Fatalf("release the other session's lock: %v %v", unlocked, err)
+	}
+	pollLong(t, "the stream purged once the lock is held again", func() bool { return pgGone(t, s, st.ID) && !pgExists(t, path) })
 }
