@@ -297,7 +297,7 @@ func TestHostileDownloadNotRead(t *testing.T) {
 // cut once the buffers were full.
 func TestHostileDownloadReadSlowly(t *testing.T) {
 	t.Parallel()
-	const idle = 300 * time.Millisecond
+	const idle = time.Second
 	s := start(t, func(c *config.Config) { c.Receive.BodyIdleTimeout = config.Duration(idle) })
 	reader := user(t, s, "reader", []string{access.DataView, access.DataExport}, map[string]access.Level{testFeed: access.View})
 	big := make([]byte, 6<<20)
