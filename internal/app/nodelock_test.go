@@ -211,38 +211,8 @@ func TestNodeLockHeldByAnotherAfterSessionEnds(t *testing.T) {
 
 	// Another session queues for the lock, so that it gets it the moment
 	// the server's session ends, before the server can take it again.
+	other, otherPID := w.takeOnKill(first)
 	ctx := context.Background()
-	other, err := w.db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	var otherPID int
-	if err := other.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&otherPID); err != nil {
-		t.Fatal(err)
-	}
-	granted := make(chan error, 1)
-	go func() {
-		_, err := other.ExecContext(ctx, `SELECT pg_advisory_lock(`+nodeLockKeys+`)`, 0x77656973, "test-node")
-		granted <- err
-	}()
-	pollLong(t, "the other session waiting for the lock", func() bool {
-		var waiting bool
-		if err := w.db.QueryRow(`SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND locktype = 'advisory' AND NOT granted)`,
-			otherPID).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		return waiting
-	})
-	w.kill(first)
-	select {
-	case err := <-granted:
-		if err != nil {
-			t.Fatalf("the other session's lock: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the other session did not get the lock")
-	}
 	if got := w.holder(); got != otherPID {
 		t.Fatalf("the node lock is held by %d, want the other session %d", got, otherPID)
 	}
@@ -363,33 +333,8 @@ func TestPurgeWaitsForNodeLock(t *testing.T) {
 	admin.do("DELETE", fmt.Sprintf("/streams/%d", st.ID), "").want(t, "delete", 200, nil)
 
 	// Another session takes the lock the moment the server's ends.
+	other, _ := w.takeOnKill(w.holder())
 	ctx := context.Background()
-	other, err := w.db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	var otherPID int
-	if err := other.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&otherPID); err != nil {
-		t.Fatal(err)
-	}
-	granted := make(chan error, 1)
-	go func() {
-		_, err := other.ExecContext(ctx, `SELECT pg_advisory_lock(`+nodeLockKeys+`)`, 0x77656973, cfg.Node)
-		granted <- err
-	}()
-	pollLong(t, "the other session waiting for the lock", func() bool {
-		var waiting bool
-		if err := w.db.QueryRow(`SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND locktype = 'advisory' AND NOT granted)`,
-			otherPID).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		return waiting
-	})
-	w.kill(w.holder())
-	if err := <-granted; err != nil {
-		t.Fatalf("the other session's lock: %v", err)
-	}
 	pollLong(t, "the server noticing the other holder", func() bool { return logCount(s, logOther) == 1 })
 
 	pgAge(t, s.Cfg, st.ID)
@@ -403,4 +348,45 @@ func TestPurgeWaitsForNodeLock(t *testing.T) {
 		t.Fatalf("release the other session's lock: %v %v", unlocked, err)
 	}
 	pollLong(t, "the stream purged once the lock is held again", func() bool { return pgGone(t, s, st.ID) && !pgExists(t, path) })
+}
+
+// takeOnKill queues another session for the node lock, ends the server's
+// session (pid) and returns the other session, which then holds the lock
+// (before the server can take it again), and its pid. It is closed at
+// cleanup.
+func (w *lockWatch) takeOnKill(pid int) (*sql.Conn, int) {
+	w.t.Helper()
+	ctx := context.Background()
+	other, err := w.db.Conn(ctx)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = other.Close() })
+	var otherPID int
+	if err := other.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&otherPID); err != nil {
+		w.t.Fatal(err)
+	}
+	granted := make(chan error, 1)
+	go func() {
+		_, err := other.ExecContext(ctx, `SELECT pg_advisory_lock(`+nodeLockKeys+`)`, 0x77656973, w.node)
+		granted <- err
+	}()
+	pollLong(w.t, "the other session waiting for the lock", func() bool {
+		var waiting bool
+		if err := w.db.QueryRow(`SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND locktype = 'advisory' AND NOT granted)`,
+			otherPID).Scan(&waiting); err != nil {
+			w.t.Fatal(err)
+		}
+		return waiting
+	})
+	w.kill(pid)
+	select {
+	case err := <-granted:
+		if err != nil {
+			w.t.Fatalf("the other session's lock: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		w.t.Fatal("the other session did not get the lock")
+	}
+	return other, otherPID
 }
