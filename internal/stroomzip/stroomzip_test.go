@@ -141,13 +141,15 @@ func FuzzGroups(f *testing.F) {
 	f.Add("1.txt\n1.meta\n2.txt")
 	f.Add("a/x.mf\na/x.dat\n../y")
 	f.Add("001.foo\n001.ctx\n2023.11.15.10001")
+	f.Add("sub\\001.dat\n\\")
 	f.Fuzz(func(t *testing.T, joined string) {
 		names := strings.Split(joined, "\n")
 		groups, err := Groups(names)
 		if err != nil {
 			return
 		}
-		// Every non-directory entry lands in exactly one group slot.
+		// Every non-directory entry (a name ending in / or \) lands in
+		// exactly one group slot.
 		used := make(map[int]bool)
 		for _, g := range groups {
 			for _, i := range g.Entries {
@@ -164,7 +166,7 @@ func FuzzGroups(f *testing.F) {
 			}
 		}
 		for i, n := range names {
-			if !strings.HasSuffix(n, "/") && !used[i] {
+			if !isDir(n) && !used[i] {
 				t.Fatalf("entry %q not grouped", n)
 			}
 		}
