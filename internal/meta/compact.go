@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 )
@@ -113,35 +114,42 @@ var ErrPackChanged = errors.New("the rows of the pack changed during its compact
 // ErrPackChanged is returned.
 func (r *Repo) CompactPack(ctx context.Context, node, old, newPack string, moves []PackMove, purge []int64) error {
 	err := r.withTx(ctx, func(tx *sql.Tx) error {
-		if len(moves) > 0 {
-			st, err := tx.PrepareContext(ctx, `UPDATE streams SET pack = $1, pack_offset = $2 WHERE id = $3 AND pack = $4`)
+		// Set-based, a chunk of rows a statement: a pack may hold tens of
+		// thousands of streams, and a statement a row held the database's
+		// writer (SQLite) for most of a second, the rows' locks
+		// (PostgreSQL) for seconds.
+		for done := 0; done < len(moves); {
+			chunk := moves[done:min(len(moves), done+compactChunk)]
+			pairs := make([][2]int64, len(chunk))
+			for i, m := range chunk {
+				pairs[i] = [2]int64{m.ID, m.NewOffset}
+			}
+			js, err := json.Marshal(pairs)
 			if err != nil {
 				return err
 			}
-			defer st.Close()
-			for _, m := range moves {
-				res, err := st.ExecContext(ctx, newPack, m.NewOffset, m.ID, old)
-				if err != nil {
-					return err
-				}
-				if n, err := res.RowsAffected(); err != nil {
-					return err
-				} else if n != 1 {
-					return fmt.Errorf("stream %d: %w", m.ID, ErrPackChanged)
-				}
+			res, err := tx.ExecContext(ctx, r.repointSQL(), newPack, old, string(js))
+			if err != nil {
+				return err
 			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n != int64(len(chunk)) {
+				return fmt.Errorf("%d of %d staying rows still in the pack: %w", n, len(chunk), ErrPackChanged)
+			}
+			done += len(chunk)
 		}
-		if len(purge) > 0 {
-			st, err := tx.PrepareContext(ctx, `DELETE FROM streams WHERE id = $1 AND pack = $2 AND status = $3 AND status_ms < 0`)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			for _, id := range purge {
-				if _, err := st.ExecContext(ctx, id, old, string(Deleted)); err != nil {
-					return err
-				}
-			}
+		// The claimed rows: only this purge claims this node's rows, so
+		// they are those of purge.
+		res, err := tx.ExecContext(ctx, `DELETE FROM streams`+r.indexedBy("streams_pack")+` WHERE `+inPackSQL+
+			` AND status = $2 AND status_ms < 0`, old, string(Deleted))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n != int64(len(purge)) {
+			return fmt.Errorf("%d claimed rows in the pack, not %d: %w", n, len(purge), ErrPackChanged)
 		}
 		var left int64
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM streams`+r.indexedBy("streams_pack")+` WHERE `+inPackSQL, old).Scan(&left); err != nil {
@@ -155,11 +163,27 @@ func (r *Repo) CompactPack(ctx context.Context, node, old, newPack string, moves
 				return err
 			}
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO pack_removals (pack, node, create_ms) VALUES ($1, $2, $3) ON CONFLICT (pack) DO NOTHING`, old, node, nowMs())
+		_, err = tx.ExecContext(ctx, `INSERT INTO pack_removals (pack, node, create_ms) VALUES ($1, $2, $3) ON CONFLICT (pack) DO NOTHING`, old, node, nowMs())
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("compact pack %s into %q: %w", old, newPack, err)
 	}
 	return nil
+}
+
+// compactChunk is how many rows one statement of CompactPack repoints.
+const compactChunk = 5000
+
+// repointSQL moves the rows of the JSON list $3 of [id, offset] that are
+// in pack $2 to pack $1 at their offsets: each found by id.
+func (r *Repo) repointSQL() string {
+	if r.engine == enginePostgres {
+		return `UPDATE streams SET pack = $1, pack_offset = m.off
+		FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS off FROM json_array_elements($3::json) AS e) AS m
+		WHERE streams.id = m.id AND streams.pack = $2`
+	}
+	return `UPDATE streams SET pack = $1, pack_offset = m.off
+		FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS off FROM json_each($3)) AS m
+		WHERE streams.id = m.id AND streams.pack = $2`
 }
