@@ -254,16 +254,20 @@ func (s *Store) removeRecordedPacks(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// compactPacks compacts packs, one at a time, in name order.
+// compactPacks compacts packs, one at a time, in name order. A pack that
+// cannot be compacted (its file unreadable, say) does not hold up the
+// others: the first error is returned, with how many failed.
 func (s *Store) compactPacks(ctx context.Context, packs map[string]bool, beforeMs int64, res *PurgeResult) error {
 	names := make([]string, 0, len(packs))
 	for p := range packs {
 		names = append(names, p)
 	}
 	sort.Strings(names)
+	var first error
+	failed := 0
 	for _, p := range names {
 		if err := ctx.Err(); err != nil {
-			return err
+			return errors.Join(first, err)
 		}
 		c, err := s.compactPack(ctx, p, beforeMs)
 		if len(c.streams) > 0 {
@@ -277,8 +281,14 @@ func (s *Store) compactPacks(ctx context.Context, packs map[string]bool, beforeM
 			}
 		}
 		if err != nil {
-			return err
+			if first == nil {
+				first = err
+			}
+			failed++
 		}
 	}
-	return nil
+	if failed > 1 {
+		return fmt.Errorf("%d packs not compacted; the first: %w", failed, first)
+	}
+	return first
 }

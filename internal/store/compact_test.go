@@ -737,3 +737,62 @@ func (r *timedRepo) CompactPack(ctx context.Context, node, old, newPack string, 
 	defer func() { r.took += time.Since(start) }()
 	return r.Repo.CompactPack(ctx, node, old, newPack, moves, purge)
 }
+
+// failStayingRepo fails PackStaying for one pack.
+type failStayingRepo struct {
+	*meta.Repo
+	bad atomic.Value // string
+}
+
+func (r *failStayingRepo) PackStaying(ctx context.Context, pack string) ([]meta.PackMove, error) {
+	if pack == r.bad.Load() {
+		return nil, errInjected
+	}
+	return r.Repo.PackStaying(ctx, pack)
+}
+
+// TestCompactOnePackFails: a pack that cannot be compacted does not hold
+// up the others; the next run compacts it.
+func TestCompactOnePackFails(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		f := &compactFix{e: e, clock: newCompactClock(), node: "n1", content: map[int64][]section{}}
+		repo := &failStayingRepo{Repo: e.repo}
+		repo.bad.Store("")
+		s := f.open(t, repo)
+		a := f.postBatch(t, s, "A", 4)
+		b := f.postBatch(t, s, "B", 4)
+		f.later = f.postBatch(t, s, "C", 1) // closes b's pack
+		if a[0].Pack >= b[0].Pack {
+			t.Fatalf("packs %s and %s not in name order", a[0].Pack, b[0].Pack)
+		}
+		del(t, e, a[0], b[0])
+		time.Sleep(2 * time.Millisecond)
+		cut := time.Now().UnixMilli()
+		repo.bad.Store(a[0].Pack)
+		res, err := s.PurgeDeleted(ctx, cut)
+		if !errors.Is(err, errInjected) || res.Packs != 1 || res.Streams != 1 {
+			t.Fatalf("PurgeDeleted = %+v, %v; want b's pack compacted and the error of a's", res, err)
+		}
+		if _, err := e.repo.GetStream(ctx, b[0].ID); !errors.Is(err, meta.ErrNotFound) {
+			t.Errorf("purged stream of b: %v", err)
+		}
+		repo.bad.Store("")
+		if res, err := s.PurgeDeleted(ctx, cut); err != nil || res.Packs != 1 || res.Streams != 1 {
+			t.Fatalf("next PurgeDeleted = %+v, %v", res, err)
+		}
+		f.purge = []meta.Stream{a[0], b[0]}
+		f.live = append(slices.Clone(a[1:]), b[1:]...)
+		f.checkConsistent(t, s)
+		for _, st := range append(f.live, f.later...) {
+			if err := checkStream(s, st.ID, f.content[st.ID]); err != nil {
+				t.Error(err)
+			}
+		}
+		for _, st := range f.purge {
+			if _, err := e.repo.GetStream(ctx, st.ID); !errors.Is(err, meta.ErrNotFound) {
+				t.Errorf("purged stream %d: %v", st.ID, err)
+			}
+		}
+	})
+}
