@@ -470,7 +470,7 @@ func (a *App) purgeDeleted(log *slog.Logger, age, interval time.Duration) {
 			res, err := st.PurgeDeleted(ctx, time.Now().Add(-age).UnixMilli())
 			if res.Streams > 0 {
 				log.Info("removed streams deleted longer than store.deletePurgeAge for good",
-					"count", res.Streams, "bytes", res.Bytes, "deletePurgeAge", age.String())
+					"count", res.Streams, "bytes", res.Bytes, "compactedPacks", res.Packs, "deletePurgeAge", age.String())
 			}
 			if err != nil && ctx.Err() == nil {
 				log.Warn("cannot remove deleted streams for good; trying again at the next run", "err", err, "interval", interval.String())

@@ -103,8 +103,8 @@ func pgRestore(t *testing.T, c apiClient, id int64) (matched, changed int64) {
 }
 
 // TestPurgeDeletedStreams: streams deleted longer than store.deletePurgeAge
-// are removed (files and rows) by the periodic job; a pack goes only once
-// every stream in it has; streams deleted more recently can still be
+// are removed (files and rows) by the periodic job; the open pack (never
+// compacted: see TestPurgeCompactsPacks) goes once every stream in it has; streams deleted more recently can still be
 // restored, live streams are untouched, and a purged stream is gone (404,
 // nothing to restore).
 func TestPurgeDeletedStreams(t *testing.T) {
@@ -142,7 +142,7 @@ func TestPurgeDeletedStreams(t *testing.T) {
 		sxTerm("Id", "EQUALS", fmt.Sprint(s2.ID)))+`}`).want(t, "delete s1, s2", 200, nil)
 	pgAge(t, s.Cfg, b1.ID, s1.ID)
 
-	// b1 goes; s1 waits for the other streams of its pack.
+	// b1 goes; s1 waits for the other streams of its pack, the open one.
 	apptest.WaitFor(t, "the aged own-file stream purged", func() bool { return pgGone(t, s, b1.ID) })
 	if pgExists(t, st.Path(b1)) {
 		t.Fatal("purged stream's file is still there")
@@ -289,5 +289,65 @@ func TestPurgeDeletedStreamsNodes(t *testing.T) {
 		if pgExists(t, b.App.Store().Path(x)) {
 			t.Fatalf("node b's purged stream %d: file still there", x.ID)
 		}
+	}
+}
+
+// TestPurgeCompactsPacks: a packed stream deleted longer than
+// store.deletePurgeAge goes even though its pack holds live streams and
+// recently deleted ones: the pack is rewritten without it (once closed:
+// here by a restart). The purged stream is gone (404, nothing to
+// restore), its bytes with the old pack; the others read back byte for
+// byte from the new pack, the recently deleted one once restored.
+func TestPurgeCompactsPacks(t *testing.T) {
+	t.Parallel()
+	s := start(t, pgConfig)
+	data := func(i int) []byte { return fmt.Appendf(nil, "compact %d %s\n", i, strings.Repeat("x", 100*i)) }
+	var ss []meta.Stream
+	for i := range 3 {
+		ss = append(ss, streamByReceipt(t, s, post(t, s, data(i), "Feed", testFeed).ok(t)))
+	}
+	oldPack := s.App.Store().Path(ss[0])
+	for _, x := range ss[1:] {
+		if x.Pack == "" || x.Pack != ss[0].Pack {
+			t.Fatalf("small streams not in one pack: %q %q", ss[0].Pack, x.Pack)
+		}
+	}
+	// The restart closes the open pack, which is never compacted.
+	cfg := s.Cfg
+	s.Stop()
+	s = apptest.StartConfig(t, cfg)
+	admin := user(t, s, "pgadmin", []string{access.Administrator}, nil)
+	before := pgStoreBytes(t, s)
+	admin.do("POST", "/streams/delete", `{"expression":`+sxOp("OR", sxTerm("Id", "EQUALS", fmt.Sprint(ss[0].ID)),
+		sxTerm("Id", "EQUALS", fmt.Sprint(ss[1].ID)))+`}`).want(t, "delete", 200, nil)
+	pgAge(t, s.Cfg, ss[0].ID)
+	apptest.WaitFor(t, "the aged packed stream purged", func() bool { return pgGone(t, s, ss[0].ID) })
+	if pgExists(t, oldPack) {
+		t.Fatal("the compacted pack is still there")
+	}
+	admin.do("GET", fmt.Sprintf("/streams/%d", ss[0].ID), "").want(t, "get purged", 404, nil)
+	admin.do("GET", fmt.Sprintf("/streams/%d/data", ss[0].ID), "").want(t, "data of purged", 404, nil)
+	if m, c := pgRestore(t, admin, ss[0].ID); m != 0 || c != 0 {
+		t.Fatalf("restore of a purged stream: matched %d changed %d", m, c)
+	}
+	if m, c := pgRestore(t, admin, ss[1].ID); m != 1 || c != 1 {
+		t.Fatalf("restore of a recently deleted stream: matched %d changed %d", m, c)
+	}
+	for _, i := range []int{1, 2} {
+		if r := admin.do("GET", fmt.Sprintf("/streams/%d/data", ss[i].ID), ""); r.status != 200 || string(r.body) != string(data(i)) {
+			t.Fatalf("stream %d after the compaction: %d, %q", ss[i].ID, r.status, r.body)
+		}
+		row, err := s.App.Repo().GetStream(context.Background(), ss[i].ID)
+		if err != nil || row.Pack == ss[i].Pack {
+			t.Fatalf("stream %d still in the old pack: %+v, %v", ss[i].ID, row, err)
+		}
+	}
+	if now := pgStoreBytes(t, s); now >= before {
+		t.Errorf("store holds %d bytes after the compaction, %d before", now, before)
+	}
+	waitMetric(t, s, "weir_store_compacted_packs_total", 1)
+	waitMetric(t, s, "weir_store_purged_streams_total", 1)
+	if !strings.Contains(s.Logs.String(), `"compactedPacks":1`) {
+		t.Error("no log line counts the compacted pack")
 	}
 }

@@ -175,7 +175,8 @@ type Store struct {
 	Compression string `yaml:"compression"`
 	// DeletePurgeAge is how long a stream deleted through the API (marked
 	// DELETED) stays restorable: past it, the main service removes its
-	// file and row for good (a pack with the last of its streams), as the
+	// bytes and row for good (a packed stream's by compaction of its
+	// pack, or with the pack, when all of its streams go), as the
 	// reference system's "Data Delete" job does streams DELETED longer
 	// than its deletePurgeAge. 0 keeps deleted streams for ever.
 	DeletePurgeAge Duration `yaml:"deletePurgeAge"`

@@ -16,8 +16,9 @@ import (
 // so the deletion time can still be read back; scanStream does). Only
 // then does it remove their files, and then their rows. A restore changes
 // only DELETED rows whose status_ms is not negative, so it either commits
-// before the claim (and the purge then leaves that stream, and its pack,
-// alone) or finds the stream claimed and leaves it: there is never an
+// before the claim (and the purge then leaves that stream alone: its pack
+// stays, or is compacted with the stream among those copied, see
+// compact.go) or finds the stream claimed and leaves it: there is never an
 // UNLOCKED row whose file is gone. A purge cut short (a crash, a failed
 // removal) leaves claimed rows, which stay unrestorable and which the
 // next purge, finding them again, finishes. The status_ms column needs

@@ -8,6 +8,8 @@ type Metrics struct {
 	commitSeconds prometheus.Histogram
 	purgedStreams prometheus.Counter
 	purgedBytes   prometheus.Counter
+	// compactedPacks counts packs rewritten without their purged streams.
+	compactedPacks prometheus.Counter
 }
 
 // NewMetrics creates the store metrics and registers them with reg.
@@ -29,9 +31,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		purgedBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "weir_store_purged_bytes_total",
-			Help: "Bytes of stream and pack files removed by the purge of deleted streams.",
+			Help: "Bytes of stream and pack files removed by the purge of deleted streams (of a compacted pack: what it shrank by).",
+		}),
+		compactedPacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "weir_store_compacted_packs_total",
+			Help: "Packs rewritten by the purge of deleted streams without the streams it removed, because other streams in them stay.",
 		}),
 	}
-	reg.MustRegister(m.batchSize, m.commitSeconds, m.purgedStreams, m.purgedBytes)
+	reg.MustRegister(m.batchSize, m.commitSeconds, m.purgedStreams, m.purgedBytes, m.compactedPacks)
 	return m
 }

@@ -382,6 +382,9 @@ type removal struct {
 	ids   []int64
 	dirs  map[string]bool
 	bytes int64
+	// kept are this node's packs that stay, for now, with their streams
+	// (with claim only): the purge compacts them.
+	kept map[string]bool
 }
 
 // removeDeletedSynced is removeDeleted followed by the syncs of the
@@ -405,7 +408,7 @@ func (s *Store) removeDeletedSynced(ctx context.Context, streams []meta.Stream, 
 // removed: a restore then either came first, and the stream stays, or
 // finds it claimed and leaves it.
 func (s *Store) removeDeleted(ctx context.Context, streams []meta.Stream, claim *int64) (removal, error) {
-	r := removal{dirs: map[string]bool{}}
+	r := removal{dirs: map[string]bool{}, kept: map[string]bool{}}
 	packs := map[string]bool{}
 	var own []meta.Stream
 	for _, st := range streams {
@@ -463,6 +466,9 @@ func (s *Store) removeDeleted(ctx context.Context, streams []meta.Stream, claim 
 		if err != nil {
 			return r, err
 		}
+		if ids == nil && claim != nil {
+			r.kept[pack] = true
+		}
 		r.ids = append(r.ids, ids...)
 		r.bytes += size
 	}
@@ -481,7 +487,7 @@ func (s *Store) removeDeleted(ctx context.Context, streams []meta.Stream, claim 
 func (s *Store) removePack(ctx context.Context, pack string, claim *int64) ([]int64, int64, error) {
 	s.packMu.Lock()
 	defer s.packMu.Unlock()
-	if s.packsInFlight[pack] > 0 {
+	if s.packsInFlight[pack] > 0 || s.compacting[pack] {
 		return nil, 0, nil
 	}
 	var ids []int64
@@ -522,7 +528,11 @@ func (s *Store) removePack(ctx context.Context, pack string, claim *int64) ([]in
 // PurgeResult is what PurgeDeleted removed.
 type PurgeResult struct {
 	Streams int64 // rows removed
-	Bytes   int64 // bytes of the files removed (own files and whole packs)
+	// Bytes given back: of the files removed (own files and whole
+	// packs), and by the compaction of packs (the old pack's size less
+	// the new one's).
+	Bytes int64
+	Packs int64 // packs compacted
 }
 
 // defaultPurgeBatch is how many streams PurgeDeleted reads, removes and
@@ -536,22 +546,35 @@ const defaultPurgeBatch = 1000
 // neither loads every row nor holds the database's writer for long. Each
 // stream is claimed before its file goes (see removeDeleted), so a
 // restore racing with the purge either wins or finds the stream gone.
-// Other nodes' streams (PostgreSQL shared by several servers) are theirs
-// to remove. A purge cut short is finished by the next one.
+// A pack that also holds streams that stay is then compacted, one at a
+// time (see compact.go): rewritten without the purgeable streams, whose
+// rows go. Other nodes' streams (PostgreSQL shared by several servers)
+// are theirs to remove. A purge cut short is finished by the next one;
+// runs take turns.
 func (s *Store) PurgeDeleted(ctx context.Context, beforeMs int64) (PurgeResult, error) {
 	var res PurgeResult
 	if s.opt.ReadOnly {
 		return res, errors.New("purge deleted streams: the store is read-only")
 	}
+	s.purgeMu.Lock()
+	defer s.purgeMu.Unlock()
+	// Packs a compaction cut short left behind.
+	if _, err := s.removeRecordedPacks(ctx); err != nil {
+		return res, err
+	}
 	batch := s.opt.PurgeBatch
 	if batch <= 0 {
 		batch = defaultPurgeBatch
 	}
+	kept := map[string]bool{}
 	cur := meta.PurgeStart
 	for {
 		ss, next, err := s.repo.DeletedStreamsBefore(ctx, s.opt.Node, beforeMs, cur, batch)
-		if err != nil || len(ss) == 0 {
+		if err != nil {
 			return res, err
+		}
+		if len(ss) == 0 {
+			break
 		}
 		r, err := s.removeDeletedSynced(ctx, ss, &beforeMs)
 		if perr := s.repo.PurgeStreams(ctx, r.ids); perr != nil {
@@ -563,9 +586,16 @@ func (s *Store) PurgeDeleted(ctx context.Context, beforeMs int64) (PurgeResult, 
 			m.purgedStreams.Add(float64(len(r.ids)))
 			m.purgedBytes.Add(float64(r.bytes))
 		}
-		if err != nil || len(ss) < batch {
+		if err != nil {
 			return res, err
+		}
+		for p := range r.kept {
+			kept[p] = true
+		}
+		if len(ss) < batch {
+			break
 		}
 		cur = next
 	}
+	return res, s.compactPacks(ctx, kept, beforeMs, &res)
 }

@@ -1489,8 +1489,8 @@ func TestPurgeDeleted(t *testing.T) {
 			return ss
 		}
 		packA := post(s, 3, 100)   // all deleted long enough: goes
-		packB := post(s, 2, 100)   // one live: stays
-		packC := post(s, 2, 100)   // one deleted too recently: stays
+		packB := post(s, 2, 100)   // one live: compacted
+		packC := post(s, 2, 100)   // one deleted too recently: compacted
 		own := post(s, 3, 2*limit) // two deleted long enough, one recently
 		other := post(s2, 1, 100)  // another node's: stays
 		otherOwn := post(s2, 1, 2*limit)
@@ -1523,8 +1523,8 @@ func TestPurgeDeleted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gone := []meta.Stream{packA[0], packA[1], packA[2], own[0], own[1]}
-		if res.Streams != int64(len(gone)) || res.Bytes <= 0 {
+		gone := []meta.Stream{packA[0], packA[1], packA[2], own[0], own[1], packB[0], packC[0]}
+		if res.Streams != int64(len(gone)) || res.Bytes <= 0 || res.Packs != 2 {
 			t.Fatalf("PurgeDeleted = %+v, want %d streams", res, len(gone))
 		}
 		for _, st := range gone {
@@ -1561,7 +1561,10 @@ func TestPurgeDeleted(t *testing.T) {
 				t.Errorf("live stream: %v", err)
 			}
 		}
-		for _, st := range []meta.Stream{packB[0], packC[0], packC[1], own[2]} {
+		if got := testutilCounter(t, reg, "weir_store_compacted_packs_total"); got != 2 {
+			t.Errorf("weir_store_compacted_packs_total = %v", got)
+		}
+		for _, st := range []meta.Stream{packC[1], own[2]} {
 			if err := e.repo.SetStreamStatus(ctx, st.ID, meta.Unlocked); err != nil {
 				t.Fatalf("restore stream %d: %v", st.ID, err)
 			}
@@ -1586,19 +1589,19 @@ func TestPurgeDeleted(t *testing.T) {
 				t.Errorf("other node's purged file %d: %v", st.ID, err)
 			}
 		}
-		// Once the last stream of packB goes, packB goes with all its rows;
-		// the open pack too.
-		del(packB...)
+		// Once the last stream of (compacted) packB goes, its pack goes
+		// with all its rows; the open pack too.
+		del(packB[1])
 		del(live)
 		cut = time.Now().UnixMilli() + 1
 		for time.Now().UnixMilli() < cut {
 			time.Sleep(time.Millisecond)
 		}
-		if res, err := s.PurgeDeleted(ctx, cut); err != nil || res.Streams != 3 {
+		if res, err := s.PurgeDeleted(ctx, cut); err != nil || res.Streams != 2 {
 			t.Fatalf("second PurgeDeleted = %+v, %v", res, err)
 		}
-		if got := packFiles(t, e.root()); len(got) != 1 || filepath.FromSlash(got[0]) != packC[0].Pack {
-			t.Fatalf("packs left %v, want only %s", got, packC[0].Pack)
+		if got, want := packFiles(t, e.root()), mustRow(t, e, packC[1].ID).Pack; len(got) != 1 || filepath.FromSlash(got[0]) != want || want == packC[1].Pack {
+			t.Fatalf("packs left %v, want only %s (packC compacted)", got, want)
 		}
 		// A later post starts a new pack.
 		next := post(s, 1, 100)[0]

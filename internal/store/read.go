@@ -32,14 +32,27 @@ func (s *Store) Open(ctx context.Context, id int64) (*Reader, error) {
 	r, err := s.openFile(st)
 	if errors.Is(err, os.ErrNotExist) {
 		// Deleted and purged since the row was read (a short
-		// store.deletePurgeAge): say so, rather than that a file is missing.
-		if now, gerr := s.repo.GetStream(ctx, id); gerr != nil {
-			return nil, fmt.Errorf("stream %d: %w", id, gerr)
-		} else if now.Status != meta.Unlocked {
-			return nil, fmt.Errorf("stream %d is %s: %w", id, now.Status, ErrNotReadable)
-		}
+		// store.deletePurgeAge): say so, rather than that a file is
+		// missing. Or moved, by the compaction of its pack: read it there.
+		return s.reopen(ctx, st, err)
 	}
 	return r, err
+}
+
+// reopen is called when the file a row named is not there: the stream
+// was purged since (then it says so), or its pack was compacted and the
+// row now names another (then it opens that, once).
+func (s *Store) reopen(ctx context.Context, st meta.Stream, err error) (*Reader, error) {
+	now, gerr := s.repo.GetStream(ctx, st.ID)
+	switch {
+	case gerr != nil:
+		return nil, fmt.Errorf("stream %d: %w", st.ID, gerr)
+	case now.Status != meta.Unlocked:
+		return nil, fmt.Errorf("stream %d is %s: %w", st.ID, now.Status, ErrNotReadable)
+	case st.Pack != "" && (now.Pack != st.Pack || now.PackOffset != st.PackOffset):
+		return s.openFile(now)
+	}
+	return nil, err
 }
 
 // OpenRow opens a stream whose row the caller has just read (saving the
@@ -48,7 +61,12 @@ func (s *Store) OpenRow(st meta.Stream) (*Reader, error) {
 	if st.Status != meta.Unlocked {
 		return nil, fmt.Errorf("stream %d is %s: %w", st.ID, st.Status, ErrNotReadable)
 	}
-	return s.openFile(st)
+	r, err := s.openFile(st)
+	if errors.Is(err, os.ErrNotExist) && st.Pack != "" {
+		// Its pack compacted since the row was read (see Open).
+		return s.reopen(context.Background(), st, err)
+	}
+	return r, err
 }
 
 func (s *Store) openFile(st meta.Stream) (*Reader, error) {

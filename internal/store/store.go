@@ -38,6 +38,12 @@ type Repo interface {
 	PurgeStreams(ctx context.Context, ids []int64) error
 	PackStreamIDs(ctx context.Context, pack string) ([]int64, error)
 	PackReferenced(ctx context.Context, pack string) (bool, error)
+	ClaimPackDeleted(ctx context.Context, pack string, beforeMs int64) ([]int64, error)
+	PackStaying(ctx context.Context, pack string) ([]meta.PackMove, error)
+	AddPackRemoval(ctx context.Context, node, pack string) error
+	PackRemovals(ctx context.Context, node string) ([]string, error)
+	DonePackRemoval(ctx context.Context, pack string) error
+	CompactPack(ctx context.Context, node, old, newPack string, moves []meta.PackMove, purge []int64) error
 }
 
 // Options configures a Store.
@@ -74,14 +80,21 @@ type Store struct {
 	packWriteMu   sync.Mutex // held by writePack: one batch is written at a time
 	pack          *openPack
 	packsInFlight map[string]int
-	zeros         []byte    // packZeroAhead zero bytes, for zeroAhead (under packWriteMu)
-	packBufs      sync.Pool // *bytes.Buffer for small streams
-	repo          Repo
-	codec         *streamfile.Codec
-	commits       chan *request
-	done          chan struct{}
-	closeMu       sync.RWMutex // held for reading while a request is submitted; Close takes it to stop submissions
-	closed        bool
+	// compacting are the packs being compacted (under packMu):
+	// removePack leaves them alone.
+	compacting map[string]bool
+	// purgeMu makes PurgeDeleted's runs take turns: the recorded pack
+	// removals it carries out must not meet a compaction's new pack.
+	purgeMu     sync.Mutex
+	compactHook func(step string) error // tests: see compactStep
+	zeros       []byte                  // packZeroAhead zero bytes, for zeroAhead (under packWriteMu)
+	packBufs    sync.Pool               // *bytes.Buffer for small streams
+	repo        Repo
+	codec       *streamfile.Codec
+	commits     chan *request
+	done        chan struct{}
+	closeMu     sync.RWMutex // held for reading while a request is submitted; Close takes it to stop submissions
+	closed      bool
 }
 
 // ErrNotReadable is returned by Open for a stream that exists but is not
@@ -122,6 +135,11 @@ func Open(ctx context.Context, repo Repo, codec *streamfile.Codec, opt Options) 
 	}
 	if err := s.removeOrphanPacks(ctx); err != nil {
 		return nil, err
+	}
+	if n, err := s.removeRecordedPacks(ctx); err != nil {
+		return nil, fmt.Errorf("recover: %w", err)
+	} else if n > 0 {
+		s.opt.Logger.Warn("removed packs left by a compaction cut short", "count", n, "node", s.opt.Node)
 	}
 	go s.commitLoop()
 	return s, nil
