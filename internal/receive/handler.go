@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -153,6 +154,37 @@ func New(opt Options) *Handler {
 
 // Paths are the datafeed paths, as the reference system registers them.
 var Paths = []string{"/datafeed", "/stroom/datafeed", "/stroom/noauth/datafeed"}
+
+// IsPath reports whether escaped, a clean URL path in its escaped form
+// (url.URL.EscapedPath) with any base path removed, is one Register
+// serves: one of Paths or below it. It matches segment by segment, each
+// unescaped, as http.ServeMux does: /data%66eed is the datafeed,
+// /datafeed%2Fx (one segment "datafeed/x") is not, nor is /DATAFEED.
+func IsPath(escaped string) bool {
+	for _, p := range Paths {
+		if rest, ok := cutSegments(escaped, p); ok && (rest == "" || rest[0] == '/') {
+			return true
+		}
+	}
+	return false
+}
+
+// cutSegments removes from escaped the leading segments that, unescaped,
+// are those of clean (a path with no escapes, such as "/stroom/datafeed"),
+// and returns the rest ("" or from a '/').
+func cutSegments(escaped, clean string) (string, bool) {
+	for _, want := range strings.Split(strings.TrimPrefix(clean, "/"), "/") {
+		if !strings.HasPrefix(escaped, "/") {
+			return "", false
+		}
+		seg, _, _ := strings.Cut(escaped[1:], "/")
+		if u, err := url.PathUnescape(seg); err != nil || u != want {
+			return "", false
+		}
+		escaped = escaped[1+len(seg):]
+	}
+	return escaped, true
+}
 
 // Register adds the datafeed routes to mux: POST and PUT on each path and
 // everything below it. Other methods get 405 with the status headers, as
