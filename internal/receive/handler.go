@@ -119,6 +119,10 @@ type Handler struct {
 	forwardMu sync.Mutex
 	receiving map[meta.ForwardKey]chan struct{}
 	decoders  decoderPools
+	// readNames are the lower-case header names a Connection header
+	// cannot remove from a post's attributes: those weir reads from them
+	// (connectionKept).
+	readNames map[string]bool
 	bufs      sync.Pool // *[]byte copy buffers
 	readers   sync.Pool // *bufio.Reader for peeking at bodies
 }
@@ -147,6 +151,7 @@ func New(opt Options) *Handler {
 		typ, subject, _ := strings.Cut(f, ":")
 		h.trusted[strings.ToUpper(strings.TrimSpace(typ))+":"+subject] = true
 	}
+	h.readNames = connectionKept(opt.Config)
 	h.bufs.New = func() any { b := make([]byte, 64<<10); return &b }
 	h.readers.New = func() any { return bufio.NewReaderSize(nil, 64<<10) }
 	return h
@@ -320,7 +325,7 @@ func (p *post) run() (outcome, error) {
 	if p.r.ProtoMajor == 1 && p.r.ProtoMinor == 0 && p.r.Header.Get("Content-Length") == "" {
 		return "", errorf(LengthRequired, "an HTTP/1.0 request must send Content-Length (or send it as HTTP/1.1, chunked)")
 	}
-	p.attrs = requestAttributes(p.r, attr.Hop{ReceiptID: p.receiptID, Time: p.received, Host: h.opt.Host})
+	p.attrs = requestAttributes(p.r, attr.Hop{ReceiptID: p.receiptID, Time: p.received, Host: h.opt.Host}, h.readNames)
 	if err := p.authenticate(); err != nil {
 		// As for any other failure (and as the reference does), the
 		// answer and the receive log name the post's feed, compression
