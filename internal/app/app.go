@@ -11,7 +11,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -277,7 +279,7 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 		}
 	}
 	a.srv = &http.Server{
-		Handler:           boundUnreadBody(cfg.Receive.BodyIdleTimeout.D(), withVersion(Version(), underBasePath(cfg.BasePath, mux))),
+		Handler:           boundUnreadBody(cfg.Receive.BodyIdleTimeout.D(), withVersion(Version(), servingUncleanDatafeed(cfg.BasePath, underBasePath(cfg.BasePath, mux)))),
 		ReadHeaderTimeout: cfg.Receive.ReadHeaderTimeout.D(),
 		MaxHeaderBytes:    receive.ServerMaxHeaderBytes(int(cfg.Receive.MaxHeaderBytes)),
 		IdleTimeout:       2 * time.Minute,
@@ -611,6 +613,65 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 		b.eof.Store(true)
 	}
 	return n, err
+}
+
+// servingUncleanDatafeed serves a request whose URL path is not clean
+// (//datafeed, /./datafeed, /x/../datafeed, /weir//datafeed: a doubled
+// slash, a . or .. segment) as its clean path when that is a datafeed path
+// below base, instead of letting http.ServeMux answer it with a 307 to the
+// clean path. Senders of this protocol do not follow a redirect of a post
+// and would see a 307 without Service-Status; a sender whose base URL ends
+// in "/" (http://host:8080/ + /datafeed) is a common configuration slip.
+// The clean path is computed as ServeMux does (on the escaped path, a
+// trailing slash kept), so the request is then served exactly as the clean
+// path would be. Other unclean paths (the API, /healthz, /metrics, and a
+// clean path outside base, such as /weir/../datafeed) are left to the mux
+// and still get its redirect: base is matched on the clean path, so no
+// cleaning lets a request out of it.
+func servingUncleanDatafeed(base string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodConnect || r.URL == nil {
+			h.ServeHTTP(w, r)
+			return
+		}
+		escaped := r.URL.EscapedPath()
+		clean := cleanPath(escaped)
+		if clean == escaped {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rest, ok := strings.CutPrefix(clean, base)
+		if !ok || !receive.IsPath(rest) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		unescaped, err := url.PathUnescape(clean)
+		if err != nil {
+			h.ServeHTTP(w, r)
+			return
+		}
+		r2 := new(http.Request)
+		*r2 = *r
+		u := *r.URL
+		u.Path, u.RawPath = unescaped, clean
+		r2.URL = &u
+		h.ServeHTTP(w, r2)
+	})
+}
+
+// cleanPath is http.ServeMux's: path.Clean, keeping a trailing slash.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 // underBasePath serves h below a deployment base path (e.g. /weir, so that

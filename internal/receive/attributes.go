@@ -11,6 +11,7 @@ import (
 
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/auth"
+	"github.com/weirhq/weir/internal/config"
 )
 
 // notAttributes are request headers that never become stream attributes:
@@ -123,18 +124,108 @@ func attributeName(header string) string {
 	return header
 }
 
+// readByWeir are the attributes weir reads from a post (lower case): the
+// feed, type and compression, the sender's GUID and event time, the
+// receipt details of earlier hops (attr.AddReceiptInfo) and the default
+// data feed key owner header. A header of one of these names named in
+// Connection is still stored and used (connectionKept).
+var readByWeir = []string{"Feed", "Type", "Compression", "GUID", "EffectiveTime", "periodStartTime",
+	"periodEndTime", attr.KeyReceiptID, attr.KeyReceiptIDPath, attr.KeyReceivedTime,
+	attr.KeyReceivedTimeHistory, attr.KeyReceivedPath, "AccountId"}
+
+// connectionKept is the set of lower-case header names that stay
+// attributes even when a Connection header names them: readByWeir, and
+// those cfg makes weir read (the data feed key owner header, and the
+// headers feed name generation requires or its template uses). A sender
+// must not be able to hide from weir, by naming it in Connection, a header
+// that decides where and how its data is stored.
+func connectionKept(cfg config.Receive) map[string]bool {
+	m := map[string]bool{}
+	add := func(name string) {
+		if name = strings.TrimSpace(name); name != "" {
+			m[strings.ToLower(name)] = true
+		}
+	}
+	for _, k := range readByWeir {
+		add(k)
+	}
+	add(cfg.DataFeedOwnerMetaKey)
+	for _, k := range cfg.FeedNameGenerationMandatoryHeaders {
+		add(k)
+	}
+	for t := cfg.FeedNameTemplate; ; {
+		open := strings.Index(t, "${")
+		if open < 0 {
+			break
+		}
+		end := strings.IndexByte(t[open+2:], '}')
+		if end < 0 {
+			break
+		}
+		add(t[open+2 : open+2+end])
+		t = t[open+2+end+1:]
+	}
+	return m
+}
+
+// namedInConnection reports whether name is one of the comma-separated
+// field names in the Connection header values conn (RFC 9110 7.6.1), in
+// any case. It allocates nothing.
+func namedInConnection(conn []string, name string) bool {
+	for _, v := range conn {
+		for v != "" {
+			var tok string
+			tok, v, _ = strings.Cut(v, ",")
+			if tok = strings.Trim(tok, " \t"); tok != "" && strings.EqualFold(tok, name) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// onlyKeepAliveOrClose reports whether the Connection header values conn
+// name nothing but keep-alive and close (or nothing at all): the common
+// case, in which no attribute can be dropped.
+func onlyKeepAliveOrClose(conn []string) bool {
+	for _, v := range conn {
+		for v != "" {
+			var tok string
+			tok, v, _ = strings.Cut(v, ",")
+			if tok = strings.Trim(tok, " \t"); tok != "" && !strings.EqualFold(tok, "keep-alive") && !strings.EqualFold(tok, "close") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // requestAttributes builds a post's attributes: headers (first value),
 // then query parameters (which win), then GUID and the remote address when
 // no GUID was sent, then this hop's receipt information. Compression is
-// left in the map for the caller to read and remove.
-func requestAttributes(r *http.Request, hop attr.Hop) *attr.Map {
+// left in the map for the caller to read and remove. A header named in a
+// Connection header is hop-by-hop (RFC 9110 7.6.1): it is this connection's
+// business, not the data's, and is not stored (nor, so, forwarded by a
+// proxy), unless its name is in kept (connectionKept), which weir reads.
+// Connection names header fields only: a query parameter of such a name is
+// stored.
+func requestAttributes(r *http.Request, hop attr.Hop, kept map[string]bool) *attr.Map {
 	m := &attr.Map{}
+	conn := r.Header["Connection"]
+	if onlyKeepAliveOrClose(conn) {
+		conn = nil
+	}
 	// Sorted so that attribute order does not depend on map iteration.
 	names := make([]string, 0, len(r.Header))
 	for name := range r.Header {
-		if lower := strings.ToLower(name); !notAttributes[lower] || lower == "compression" {
-			names = append(names, name)
+		lower := strings.ToLower(name)
+		if notAttributes[lower] && lower != "compression" {
+			continue
 		}
+		if conn != nil && !kept[lower] && namedInConnection(conn, name) {
+			continue
+		}
+		names = append(names, name)
 	}
 	slices.Sort(names)
 	for _, name := range names {

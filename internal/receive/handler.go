@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -118,6 +119,10 @@ type Handler struct {
 	forwardMu sync.Mutex
 	receiving map[meta.ForwardKey]chan struct{}
 	decoders  decoderPools
+	// readNames are the lower-case header names a Connection header
+	// cannot remove from a post's attributes: those weir reads from them
+	// (connectionKept).
+	readNames map[string]bool
 	bufs      sync.Pool // *[]byte copy buffers
 	readers   sync.Pool // *bufio.Reader for peeking at bodies
 }
@@ -146,6 +151,7 @@ func New(opt Options) *Handler {
 		typ, subject, _ := strings.Cut(f, ":")
 		h.trusted[strings.ToUpper(strings.TrimSpace(typ))+":"+subject] = true
 	}
+	h.readNames = connectionKept(opt.Config)
 	h.bufs.New = func() any { b := make([]byte, 64<<10); return &b }
 	h.readers.New = func() any { return bufio.NewReaderSize(nil, 64<<10) }
 	return h
@@ -153,6 +159,37 @@ func New(opt Options) *Handler {
 
 // Paths are the datafeed paths, as the reference system registers them.
 var Paths = []string{"/datafeed", "/stroom/datafeed", "/stroom/noauth/datafeed"}
+
+// IsPath reports whether escaped, a clean URL path in its escaped form
+// (url.URL.EscapedPath) with any base path removed, is one Register
+// serves: one of Paths or below it. It matches segment by segment, each
+// unescaped, as http.ServeMux does: /data%66eed is the datafeed,
+// /datafeed%2Fx (one segment "datafeed/x") is not, nor is /DATAFEED.
+func IsPath(escaped string) bool {
+	for _, p := range Paths {
+		if rest, ok := cutSegments(escaped, p); ok && (rest == "" || rest[0] == '/') {
+			return true
+		}
+	}
+	return false
+}
+
+// cutSegments removes from escaped the leading segments that, unescaped,
+// are those of clean (a path with no escapes, such as "/stroom/datafeed"),
+// and returns the rest ("" or from a '/').
+func cutSegments(escaped, clean string) (string, bool) {
+	for _, want := range strings.Split(strings.TrimPrefix(clean, "/"), "/") {
+		if !strings.HasPrefix(escaped, "/") {
+			return "", false
+		}
+		seg, _, _ := strings.Cut(escaped[1:], "/")
+		if u, err := url.PathUnescape(seg); err != nil || u != want {
+			return "", false
+		}
+		escaped = escaped[1+len(seg):]
+	}
+	return escaped, true
+}
 
 // Register adds the datafeed routes to mux: POST and PUT on each path and
 // everything below it. Other methods get 405 with the status headers, as
@@ -288,7 +325,7 @@ func (p *post) run() (outcome, error) {
 	if p.r.ProtoMajor == 1 && p.r.ProtoMinor == 0 && p.r.Header.Get("Content-Length") == "" {
 		return "", errorf(LengthRequired, "an HTTP/1.0 request must send Content-Length (or send it as HTTP/1.1, chunked)")
 	}
-	p.attrs = requestAttributes(p.r, attr.Hop{ReceiptID: p.receiptID, Time: p.received, Host: h.opt.Host})
+	p.attrs = requestAttributes(p.r, attr.Hop{ReceiptID: p.receiptID, Time: p.received, Host: h.opt.Host}, h.readNames)
 	if err := p.authenticate(); err != nil {
 		// As for any other failure (and as the reference does), the
 		// answer and the receive log name the post's feed, compression
