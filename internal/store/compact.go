@@ -50,10 +50,10 @@ import (
 // each purge, whose runs take turns (purgeMu): never while a compaction
 // is between steps 2 and 4. A file is removed only if no row names it.
 //
-// The open pack and a pack with a batch in flight are not compacted (the
-// batch's rows are about to name it); packMu is held only to check that,
-// and to mark the pack as being compacted, which keeps RemoveDeleted off
-// it. A reader that read a row before step 4 and opens the old pack after
+// A pack with a batch in flight is not compacted (the batch's rows are
+// about to name it); the open pack without one is closed first, so that
+// no batch appends to it any more. packMu is held only for that, and to
+// mark the pack as being compacted, which keeps RemoveDeleted off it. A reader that read a row before step 4 and opens the old pack after
 // step 5 finds it gone, reads the row again and opens the new one (see
 // Open); one that opened the old pack before step 5 reads on (an open
 // file outlives its name).
@@ -79,14 +79,23 @@ func (s *Store) compactStep(step string) error {
 
 // compactPack rewrites this node's pack without its streams DELETED since
 // before beforeMs, and purges their rows (see above). It does nothing
-// (an empty compaction) for the open pack, one with a batch in flight or
-// one being compacted or removed, or when no stream in it may be purged.
+// (an empty compaction) for a pack with a batch in flight or one being
+// compacted or removed, or when no stream in it may be purged. The open
+// pack is closed first.
 func (s *Store) compactPack(ctx context.Context, pack string, beforeMs int64) (compaction, error) {
 	var c compaction
 	s.packMu.Lock()
-	if (s.pack != nil && s.pack.rel == pack) || s.packsInFlight[pack] > 0 || s.compacting[pack] {
+	if s.packsInFlight[pack] > 0 || s.compacting[pack] {
 		s.packMu.Unlock()
 		return c, nil
+	}
+	if s.pack != nil && s.pack.rel == pack {
+		// The open pack, with no batch in flight: a server that receives
+		// little (or nothing since) can keep one open for days, and the
+		// data deleted in it must go after the purge age as anywhere
+		// else. It is closed (the next batch starts a new pack) and
+		// compacted like any other.
+		s.closePack()
 	}
 	if s.compacting == nil {
 		s.compacting = make(map[string]bool)

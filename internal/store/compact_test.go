@@ -796,3 +796,60 @@ func TestCompactOnePackFails(t *testing.T) {
 		}
 	})
 }
+
+// TestCompactOpenPack: the open pack of a server that has received
+// nothing since is compacted too (closed first, the next batch starting a
+// new pack): streams deleted in it longer than the purge age go, whatever
+// the server receives after.
+func TestCompactOpenPack(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		f := &compactFix{e: e, clock: newCompactClock(), node: "n1", content: map[int64][]section{}}
+		s, err := store.Open(ctx, e.repo, e.codec, store.Options{
+			Root: e.root(), Node: f.node, BlockSize: 4096, PackMax: packMax, Now: f.clock.now,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		ss := f.postBatch(t, s, "OPEN", 8)
+		f.old = ss[0].Pack
+		for i, st := range ss {
+			if i%2 == 0 {
+				f.purge = append(f.purge, st)
+			} else {
+				f.live = append(f.live, st)
+			}
+		}
+		del(t, e, f.purge...)
+		cut := time.Now().UnixMilli() + 1
+		for time.Now().UnixMilli() < cut {
+			time.Sleep(time.Millisecond)
+		}
+		res, err := s.PurgeDeleted(ctx, cut)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Streams != int64(len(f.purge)) || res.Packs != 1 {
+			t.Fatalf("PurgeDeleted = %+v, want %d streams of the open pack", res, len(f.purge))
+		}
+		if _, err := os.Stat(filepath.Join(e.root(), f.old)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the open pack %s: %v, want it gone", f.old, err)
+		}
+		f.later = f.postBatch(t, s, "AFTER", 2)
+		if p := f.later[0].Pack; p == f.old {
+			t.Errorf("a post after the compaction went to the compacted pack %s", p)
+		}
+		for _, st := range f.purge {
+			if _, err := e.repo.GetStream(ctx, st.ID); !errors.Is(err, meta.ErrNotFound) {
+				t.Errorf("purged stream %d: %v", st.ID, err)
+			}
+		}
+		for _, st := range append(slices.Clone(f.live), f.later...) {
+			if err := checkStream(s, st.ID, f.content[st.ID]); err != nil {
+				t.Errorf("live stream: %v", err)
+			}
+		}
+		f.checkConsistent(t, s)
+	})
+}
