@@ -7,7 +7,6 @@ import (
 
 	"github.com/weirhq/weir/internal/app/apptest"
 	"github.com/weirhq/weir/internal/attr"
-	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
 )
 
@@ -102,38 +101,18 @@ func TestConnectionNamedHeadersNotStored(t *testing.T) {
 // headers), does not pass a header named in Connection downstream.
 func TestProxyConnectionNamedHeadersNotForwarded(t *testing.T) {
 	t.Parallel()
-	for _, instant := range []bool{false, true} {
-		name := "queued"
-		if instant {
-			name = "instant"
+	eachProxyMode(t, "proxy-connection", func(t *testing.T, main, px *apptest.Server) {
+		if r := rawAt(t, px, "POST", "/datafeed", "via proxy\n", "Feed: "+testFeed, "Connection: keep-alive, X-Hop",
+			"X-Hop: hop value", "System: sys"); r.code != 200 {
+			t.Fatalf("proxy post: %d %q", r.code, r.header.Get("Service-Error"))
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			main := start(t, nil)
-			px := pxProxy(t, "proxy-connection-"+name, func(c *config.Proxy) {
-				c.ForwardHTTPDestinations[0].Instant = instant
-			}, main.URL+"/datafeed")
-			if r := rawAt(t, px, "POST", "/datafeed", "via proxy\n", "Feed: "+testFeed, "Connection: keep-alive, X-Hop",
-				"X-Hop: hop value", "System: sys"); r.code != 200 {
-				t.Fatalf("proxy post: %d %q", r.code, r.header.Get("Service-Error"))
-			}
-			var got meta.Stream
-			apptest.WaitFor(t, "the post at the main service", func() bool {
-				for _, st := range main.Streams() {
-					if string(main.Read(st.ID, 0, 0)) == "via proxy\n" {
-						got = st
-						return true
-					}
-				}
-				return false
-			})
-			parts := storedParts(t, main, got)
-			if len(parts) != 1 || parts[0].meta.Value("System") != "sys" {
-				t.Fatalf("main service: %d parts, want 1 with System sys", len(parts))
-			}
-			if anyHasAttr(t, main, got, "X-Hop") {
-				t.Errorf("main service stored X-Hop: stream %v, part meta %v", got.Attributes.Sorted(), parts[0].meta.Sorted())
-			}
-		})
-	}
+		got := waitForBody(t, main, "via proxy\n")
+		parts := storedParts(t, main, got)
+		if len(parts) != 1 || parts[0].meta.Value("System") != "sys" {
+			t.Fatalf("main service: %d parts, want 1 with System sys", len(parts))
+		}
+		if anyHasAttr(t, main, got, "X-Hop") {
+			t.Errorf("main service stored X-Hop: stream %v, part meta %v", got.Attributes.Sorted(), parts[0].meta.Sorted())
+		}
+	})
 }

@@ -166,17 +166,9 @@ func TestDatafeedUncleanPath(t *testing.T) {
 		servedAsPost(t, s, "TLS //datafeed", &resp{code: res.StatusCode, header: res.Header, body: b.String()}, "over tls\n", "/datafeed")
 	})
 
-	for _, instant := range []bool{false, true} {
-		name := "proxy"
-		if instant {
-			name = "proxyInstant"
-		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			main := start(t, nil)
-			px := pxProxy(t, "proxy-unclean-"+name, func(c *config.Proxy) {
-				c.ForwardHTTPDestinations[0].Instant = instant
-			}, main.URL+"/datafeed")
+	t.Run("proxy", func(t *testing.T) {
+		t.Parallel()
+		eachProxyMode(t, "proxy-unclean", func(t *testing.T, main, px *apptest.Server) {
 			r := rawAt(t, px, "POST", "//datafeed", "via proxy\n", "Feed: "+testFeed)
 			if r.code != http.StatusOK {
 				t.Fatalf("proxy POST //datafeed: %d Service-Status %q Location %q", r.code, r.header.Get("Service-Status"), r.header.Get("Location"))
@@ -184,14 +176,7 @@ func TestDatafeedUncleanPath(t *testing.T) {
 			if l := receiveLogs(t, px); len(l) != 1 || l[0].str("path") != "/datafeed" || l[0].str("outcome") != "received" {
 				t.Errorf("proxy receive log: %v, want one line, received, path /datafeed", l)
 			}
-			apptest.WaitFor(t, "the post at the main service", func() bool {
-				for _, st := range main.Streams() {
-					if string(main.Read(st.ID, 0, 0)) == "via proxy\n" {
-						return true
-					}
-				}
-				return false
-			})
+			waitForBody(t, main, "via proxy\n")
 		})
-	}
+	})
 }

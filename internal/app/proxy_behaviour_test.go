@@ -58,6 +58,43 @@ func pxProxy(t *testing.T, id string, mutate func(*config.Proxy), forward ...str
 	return apptest.StartProxy(t, cfg)
 }
 
+// eachProxyMode runs f, in parallel subtests named queued and instant,
+// with a main service and a proxy (queued, or relaying each post at once)
+// forwarding to it.
+func eachProxyMode(t *testing.T, id string, f func(t *testing.T, main, px *apptest.Server)) {
+	for _, instant := range []bool{false, true} {
+		name := "queued"
+		if instant {
+			name = "instant"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			main := start(t, nil)
+			px := pxProxy(t, id+"-"+name, func(c *config.Proxy) {
+				c.ForwardHTTPDestinations[0].Instant = instant
+			}, main.URL+"/datafeed")
+			f(t, main, px)
+		})
+	}
+}
+
+// waitForBody waits until main has a stream whose data is body, and
+// returns it.
+func waitForBody(t *testing.T, main *apptest.Server, body string) meta.Stream {
+	t.Helper()
+	var got meta.Stream
+	apptest.WaitFor(t, "the post at the main service", func() bool {
+		for _, st := range main.Streams() {
+			if string(main.Read(st.ID, 0, 0)) == body {
+				got = st
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
 // pxFileDest is a file destination with quick retries.
 func pxFileDest(name, path, template string) config.FileDestination {
 	q := config.DefaultQueue()
