@@ -125,7 +125,16 @@ func (s *Store) compactPack(ctx context.Context, pack string, beforeMs int64) (c
 			return c, err
 		}
 		if newSize, err = s.copyStaying(oldPath, filepath.Join(s.opt.Root, newRel), staying); err != nil {
-			s.dropNewPack(ctx, newRel)
+			if errors.Is(err, errPackNotCreated) {
+				// Whatever is under that name is not this compaction's
+				// (a pack of an earlier run, named from a clock that was
+				// set back since): it stays; only the record goes.
+				if derr := s.repo.DonePackRemoval(ctx, newRel); derr != nil {
+					err = errors.Join(err, derr)
+				}
+			} else {
+				s.dropNewPack(ctx, newRel)
+			}
 			return c, fmt.Errorf("compact pack %s: %w", pack, err)
 		}
 	}
@@ -160,11 +169,11 @@ func (s *Store) copyStaying(oldPath, newPath string, staying []meta.PackMove) (i
 	}
 	defer src.Close()
 	if err := mkdirAllSync(filepath.Dir(newPath)); err != nil {
-		return 0, fmt.Errorf("create pack directory: %w", err)
+		return 0, fmt.Errorf("create pack directory: %w: %w", errPackNotCreated, err)
 	}
 	dst, err := os.OpenFile(newPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
 	if err != nil {
-		return 0, fmt.Errorf("create pack: %w", err)
+		return 0, fmt.Errorf("create pack: %w: %w", errPackNotCreated, err)
 	}
 	buf := make([]byte, compactBuf)
 	var off int64
@@ -193,6 +202,11 @@ func (s *Store) copyStaying(oldPath, newPath string, staying []meta.PackMove) (i
 	}
 	return off, nil
 }
+
+// errPackNotCreated is copyStaying's error when it did not create the new
+// pack: a file already there under its name (O_EXCL) is not the
+// compaction's to remove.
+var errPackNotCreated = errors.New("the new pack was not created")
 
 // onlyWriter hides the file's ReadFrom, so that io.CopyBuffer uses the
 // fixed buffer.

@@ -796,3 +796,41 @@ func TestCompactOnePackFails(t *testing.T) {
 		}
 	})
 }
+
+// TestCompactNameCollision: the compaction's new pack is named as the
+// writer names packs, from a sequence that starts at the clock's
+// nanoseconds; after a start with the clock set back it can meet a pack
+// of an earlier run in the same day's directory. The new pack's creation
+// then fails (O_EXCL), and the compaction must leave that file alone: it
+// removed it as its own new pack, and with it every stream in it.
+func TestCompactNameCollision(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		f, s := newCompactFix(t, e, "n1", 8)
+		// A pack of today's, whose name the compaction is about to take.
+		today := f.postBatch(t, s, "TODAY-n1", 2)
+		f.later = append(f.later, today...)
+		seq, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(today[0].Pack), "N1-"), ".wpk"), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		store.SetPackSeq(s, seq-1)
+		if _, err := s.PurgeDeleted(ctx, f.cut); err == nil {
+			t.Fatal("PurgeDeleted succeeded though the new pack's name was taken")
+		}
+		if _, err := os.Stat(filepath.Join(e.root(), today[0].Pack)); err != nil {
+			t.Fatalf("today's pack, whose name the compaction tried: %v", err)
+		}
+		for _, st := range today {
+			if err := readRow(s, mustRow(t, e, st.ID), f.content[st.ID]); err != nil {
+				t.Errorf("stream %d of today's pack: %v", st.ID, err)
+			}
+		}
+		// The next run, under a free name, compacts.
+		res, err := s.PurgeDeleted(ctx, f.cut)
+		if err != nil || res.Packs != 1 {
+			t.Fatalf("PurgeDeleted = %+v, %v", res, err)
+		}
+		f.checkCompacted(t, s)
+	})
+}
