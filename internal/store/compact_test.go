@@ -834,3 +834,64 @@ func TestCompactNameCollision(t *testing.T) {
 		f.checkCompacted(t, s)
 	})
 }
+
+// TestCompactShortPack: a pack whose file is shorter than its rows claim
+// (damaged, or cut by a disk that lost its tail) cannot be copied whole.
+// The compaction then changes nothing it cannot undo: the old pack stays
+// as it is (the evidence), every staying stream that is readable reads as
+// before, the new pack and its record go, and the rows still name the
+// old pack.
+func TestCompactShortPack(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		f, s := newCompactFix(t, e, "n1", 16)
+		// The last stream of the pack (a staying one) loses its tail.
+		last := f.recent[len(f.recent)-1]
+		row := mustRow(t, e, last.ID)
+		if row.PackOffset+row.FileSize != f.oldSize {
+			t.Fatalf("stream %d is not the pack's last", last.ID)
+		}
+		path := filepath.Join(e.root(), f.old)
+		if err := os.Truncate(path, f.oldSize-10); err != nil {
+			t.Fatal(err)
+		}
+		before := packFiles(t, e.root())
+		res, err := s.PurgeDeleted(ctx, f.cut)
+		if err == nil || !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("PurgeDeleted = %+v, %v; want the short pack's error", res, err)
+		}
+		if res.Packs != 0 {
+			t.Errorf("PurgeDeleted = %+v: a pack compacted", res)
+		}
+		if got := packSize(t, e, f.old); got != f.oldSize-10 {
+			t.Errorf("the damaged pack is %d bytes, was %d", got, f.oldSize-10)
+		}
+		if after := packFiles(t, e.root()); !slices.Equal(before, after) {
+			t.Errorf("packs %v after the failed compaction, %v before", after, before)
+		}
+		if left, err := e.repo.PackRemovals(ctx, f.node); err != nil || len(left) > 0 {
+			t.Errorf("pack removals left recorded: %v, %v", left, err)
+		}
+		for _, st := range append(slices.Clone(f.live), f.recent[:len(f.recent)-1]...) {
+			row := mustRow(t, e, st.ID)
+			if row.Pack != f.old {
+				t.Errorf("stream %d moved to %s", st.ID, row.Pack)
+			}
+			if err := readRow(s, row, f.content[st.ID]); err != nil {
+				t.Errorf("readable stream %d of the damaged pack: %v", st.ID, err)
+			}
+		}
+		for _, st := range f.purge {
+			if _, err := e.repo.GetStream(ctx, st.ID); err != nil {
+				t.Errorf("claimed stream %d of the damaged pack: %v", st.ID, err)
+			}
+		}
+		// Every run tries again, and changes nothing.
+		if _, err := s.PurgeDeleted(ctx, f.cut); err == nil {
+			t.Fatal("second PurgeDeleted succeeded")
+		}
+		if after := packFiles(t, e.root()); !slices.Equal(before, after) {
+			t.Errorf("packs %v after the second run, %v before", after, before)
+		}
+	})
+}
