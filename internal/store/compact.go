@@ -141,6 +141,11 @@ func (s *Store) compactPack(ctx context.Context, pack string, beforeMs int64) (c
 	if err := s.compactStep("copied"); err != nil {
 		return c, err
 	}
+	if err := s.held(); err != nil {
+		// Another server may be acting as this node: its start may
+		// have removed the new pack. The recorded removal stays.
+		return c, fmt.Errorf("compact pack %s: %w", pack, err)
+	}
 	if err := s.repo.CompactPack(ctx, s.opt.Node, pack, newRel, staying, claimed); err != nil {
 		// The transaction may have committed (its answer lost): the
 		// recorded removals take whichever pack no row names.
@@ -268,6 +273,14 @@ func (s *Store) removeRecordedPacks(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// held is Options.Held: nil while this server may act as its node.
+func (s *Store) held() error {
+	if s.opt.Held == nil {
+		return nil
+	}
+	return s.opt.Held()
+}
+
 // compactPacks compacts packs, one at a time, in name order. A pack that
 // cannot be compacted (its file unreadable, say) does not hold up the
 // others: the first error is returned, with how many failed.
@@ -282,6 +295,9 @@ func (s *Store) compactPacks(ctx context.Context, packs map[string]bool, beforeM
 	for _, p := range names {
 		if err := ctx.Err(); err != nil {
 			return errors.Join(first, err)
+		}
+		if err := s.held(); err != nil {
+			return errors.Join(first, fmt.Errorf("compact packs: %w", err))
 		}
 		c, err := s.compactPack(ctx, p, beforeMs)
 		if len(c.streams) > 0 {

@@ -58,6 +58,7 @@ type compactFix struct {
 	recent  []meta.Stream
 	later   []meta.Stream // live, in later packs
 	cut     int64
+	held    func() error // the stores' Options.Held
 }
 
 func (f *compactFix) open(t *testing.T, repo store.Repo) *store.Store {
@@ -73,7 +74,7 @@ func (f *compactFix) open(t *testing.T, repo store.Repo) *store.Store {
 	s, err := store.Open(context.Background(), repo, f.e.codec, store.Options{
 		Root: f.e.root(), Node: f.node, BlockSize: 4096, PackMax: packMax,
 		PackSegment: 1, // a pack per batch
-		Now:         f.clock.now, Metrics: m,
+		Now:         f.clock.now, Metrics: m, Held: f.held,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -893,5 +894,85 @@ func TestCompactShortPack(t *testing.T) {
 		if after := packFiles(t, e.root()); !slices.Equal(before, after) {
 			t.Errorf("packs %v after the second run, %v before", after, before)
 		}
+	})
+}
+
+// TestCompactTakeover: a server that lost its node's lock (PostgreSQL)
+// may be compacting when another server starts as that node on the same
+// data directory; that start carries out the node's recorded pack
+// removals (and removes its unnamed packs), the compaction's new pack
+// among them. The compaction must then not repoint the rows to it: the
+// staying streams would name a removed file.
+func TestCompactTakeover(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		f, s := newCompactFix(t, e, "n1", 12)
+		var s2 *store.Store
+		store.SetCompactHook(s, func(at string) error {
+			if at == "copied" && s2 == nil {
+				s2 = f.open(t, nil) // the other server's start
+			}
+			return nil
+		})
+		if _, err := s.PurgeDeleted(ctx, f.cut); err == nil {
+			t.Error("PurgeDeleted succeeded though its new pack was removed by another start")
+		}
+		s.Close()
+		for _, st := range append(append(slices.Clone(f.live), f.recent...), f.later...) {
+			if err := readRow(s2, mustRow(t, e, st.ID), f.content[st.ID]); err != nil {
+				t.Errorf("staying stream %d: %v", st.ID, err)
+			}
+		}
+		// The server that holds the lock now compacts.
+		if _, err := s2.PurgeDeleted(ctx, f.cut); err != nil {
+			t.Fatal(err)
+		}
+		f.checkCompacted(t, s2)
+	})
+}
+
+// TestCompactLockLost: a server that lost its node's lock (PostgreSQL)
+// stops compacting: no transaction repoints rows to a new pack that a
+// server that took over the node may have removed, and no further pack
+// is compacted. The recorded removal takes the new pack once the lock is
+// held again.
+func TestCompactLockLost(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		f, s := newCompactFix(t, e, "n1", 12)
+		s.Close()
+		var lost atomic.Bool
+		errLost := errors.New("node lock lost")
+		f.held = func() error {
+			if lost.Load() {
+				return errLost
+			}
+			return nil
+		}
+		s = f.open(t, nil)
+		store.SetCompactHook(s, func(at string) error {
+			if at == "copied" {
+				lost.Store(true)
+			}
+			return nil
+		})
+		if _, err := s.PurgeDeleted(ctx, f.cut); !errors.Is(err, errLost) {
+			t.Fatalf("PurgeDeleted after the lock was lost: %v", err)
+		}
+		for _, st := range append(slices.Clone(f.live), f.recent...) {
+			if row := mustRow(t, e, st.ID); row.Pack != f.old {
+				t.Errorf("stream %d repointed to %s after the lock was lost", st.ID, row.Pack)
+			}
+		}
+		// Not while it is lost either.
+		if _, err := s.PurgeDeleted(ctx, f.cut); !errors.Is(err, errLost) {
+			t.Fatalf("PurgeDeleted while the lock is lost: %v", err)
+		}
+		lost.Store(false)
+		store.SetCompactHook(s, nil)
+		if _, err := s.PurgeDeleted(ctx, f.cut); err != nil {
+			t.Fatal(err)
+		}
+		f.checkCompacted(t, s)
 	})
 }

@@ -67,6 +67,11 @@ type Options struct {
 	// ReadOnly opens the store for reading only: no recovery and no
 	// committer, so an admin command can read while a server writes.
 	ReadOnly bool
+	// Held, if set, says why this server may no longer act as its node
+	// (its node lock lost: another server may have started as it), or
+	// nil. A compaction of packs checks it before each pack and before
+	// the transaction that repoints the rows, and stops when it fails.
+	Held func() error
 }
 
 // Store writes and reads streams.
