@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -972,6 +973,75 @@ func TestCompactLockLost(t *testing.T) {
 		store.SetCompactHook(s, nil)
 		if _, err := s.PurgeDeleted(ctx, f.cut); err != nil {
 			t.Fatal(err)
+		}
+		f.checkCompacted(t, s)
+	})
+}
+
+// TestCompactDiskFull: the store's disk fills during the compaction's
+// copy (a tmpfs with a few KiB left). The copy fails, and everything stays
+// as it was: the rows name the old pack, whose streams read as before, and
+// the new pack and its recorded removal go. With space again the next run
+// compacts. Needs root (to mount the tmpfs).
+func TestCompactDiskFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	engines(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		if err := os.MkdirAll(e.root(), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount("tmpfs", e.root(), "tmpfs", 0, "size=4m"); err != nil {
+			t.Skipf("mount tmpfs: %v", err)
+		}
+		t.Cleanup(func() { _ = syscall.Unmount(e.root(), syscall.MNT_DETACH) })
+		f, s := newCompactFix(t, e, "n1", 24)
+		// Fill the disk, then leave a page free: less than the staying
+		// streams' bytes.
+		filler := filepath.Join(e.root(), "filler")
+		fl, err := os.Create(filler)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64<<10)
+		var n int64
+		for {
+			w, err := fl.Write(buf)
+			n += int64(w)
+			if err != nil {
+				break
+			}
+		}
+		if err := fl.Truncate(n - 4096); err != nil {
+			t.Fatal(err)
+		}
+		fl.Close()
+		before := packFiles(t, e.root())
+		res, err := s.PurgeDeleted(ctx, f.cut)
+		if !errors.Is(err, syscall.ENOSPC) || res.Packs != 0 {
+			t.Fatalf("PurgeDeleted on a full disk = %+v, %v; want ENOSPC", res, err)
+		}
+		if after := packFiles(t, e.root()); !slices.Equal(before, after) {
+			t.Errorf("packs %v after the failed compaction, %v before", after, before)
+		}
+		if left, err := e.repo.PackRemovals(ctx, f.node); err != nil || len(left) > 0 {
+			t.Errorf("pack removals left recorded: %v, %v", left, err)
+		}
+		for _, st := range append(slices.Clone(f.live), f.recent...) {
+			row := mustRow(t, e, st.ID)
+			if row.Pack != f.old {
+				t.Errorf("stream %d moved to %s", st.ID, row.Pack)
+			}
+			if err := readRow(s, row, f.content[st.ID]); err != nil {
+				t.Errorf("stream %d: %v", st.ID, err)
+			}
+		}
+		if err := os.Remove(filler); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := s.PurgeDeleted(ctx, f.cut); err != nil || res.Packs != 1 {
+			t.Fatalf("PurgeDeleted with space again = %+v, %v", res, err)
 		}
 		f.checkCompacted(t, s)
 	})
