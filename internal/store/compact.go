@@ -255,22 +255,29 @@ func (s *Store) removeRecorded(ctx context.Context, pack string, check bool) err
 }
 
 // removeRecordedPacks carries out this node's recorded pack removals
-// (left by compactions cut short) and returns how many files it removed.
-// Called at start and by the purge (under purgeMu): never during a
-// compaction.
+// (left by compactions cut short) and returns how many it carried out.
+// One that fails (a file the server may not remove, say) does not hold up
+// the others: their errors are returned together, and the records stay
+// for the next run. Called at start and by the purge (under purgeMu):
+// never during a compaction.
 func (s *Store) removeRecordedPacks(ctx context.Context) (int, error) {
 	packs, err := s.repo.PackRemovals(ctx, s.opt.Node)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
+	var errs []error
 	for _, p := range packs {
+		if err := ctx.Err(); err != nil {
+			return n, errors.Join(append(errs, err)...)
+		}
 		if err := s.removeRecorded(ctx, p, true); err != nil {
-			return n, err
+			errs = append(errs, err)
+			continue
 		}
 		n++
 	}
-	return n, nil
+	return n, errors.Join(errs...)
 }
 
 // held is Options.Held: nil while this server may act as its node.

@@ -1046,3 +1046,48 @@ func TestCompactDiskFull(t *testing.T) {
 		f.checkCompacted(t, s)
 	})
 }
+
+// TestCompactRecordedRemovalFails: a recorded pack removal that cannot be
+// carried out (here its path is a directory that is not empty; in life a
+// file the server may not remove) must not hold up the start, the purge
+// or the other records: those go on, and the error is returned (and
+// tried again by the next run).
+func TestCompactRecordedRemovalFails(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		f, s := newCompactFix(t, e, "n1", 12)
+		s.Close()
+		// A stuck record, sorted first, and a plain leftover after it.
+		stuck := filepath.Join("packs", "2025", "01", "01", "N1-1.wpk")
+		if err := os.MkdirAll(filepath.Join(e.root(), stuck, "x"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		leftover := filepath.Join("packs", "2025", "01", "01", "N1-2.wpk")
+		if err := os.WriteFile(filepath.Join(e.root(), leftover), []byte("left"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{stuck, leftover} {
+			if err := e.repo.AddPackRemoval(ctx, f.node, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s = f.open(t, nil) // must start
+		if _, err := os.Stat(filepath.Join(e.root(), leftover)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the leftover after the stuck record: %v", err)
+		}
+		res, err := s.PurgeDeleted(ctx, f.cut)
+		if err == nil {
+			t.Error("PurgeDeleted hid the stuck removal's error")
+		}
+		if res.Packs != 1 || res.Streams != int64(len(f.purge)) {
+			t.Fatalf("PurgeDeleted = %+v, %v: the stuck record held up the purge", res, err)
+		}
+		if err := os.RemoveAll(filepath.Join(e.root(), stuck)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.PurgeDeleted(ctx, f.cut); err != nil {
+			t.Fatal(err)
+		}
+		f.checkCompacted(t, s)
+	})
+}
