@@ -298,9 +298,9 @@ type packRow struct {
 
 func (p *compactProof) readDB() ([]packRow, map[string]bool) {
 	p.t.Helper()
-	driver, dsn := "sqlite", "file:"+filepath.Join(p.e.copySQLite(), "weir.db")
-	if p.e.db != "" {
-		driver, dsn = "pgx", p.e.db
+	driver, dsn := "pgx", p.e.db
+	if p.e.db == "" {
+		driver, dsn = "sqlite", "file:"+filepath.Join(p.e.copySQLite(), "weir.db")
 	}
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
