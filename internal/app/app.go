@@ -162,7 +162,7 @@ func OpenStorage(ctx context.Context, cfg config.Config, node string, log *slog.
 	}
 	o.Store, err = store.Open(ctx, o.Repo, o.Codec, store.Options{
 		Root: filepath.Join(cfg.Data, "store"), Node: node, BlockSize: int(cfg.Store.BlockSize), PackMax: int(cfg.Store.PackMaxSize),
-		Logger: log, Metrics: m, ReadOnly: readOnly,
+		Logger: log, Metrics: m, ReadOnly: readOnly, Held: o.nodeLock.Err,
 	})
 	if err != nil {
 		o.Close()

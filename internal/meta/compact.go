@@ -110,8 +110,9 @@ var ErrPackChanged = errors.New("the rows of the pack changed during its compact
 // claimed rows (purge: DELETED, and claimed) are deleted (and, by cascade,
 // their receipt ids), and the removal recorded for newPack becomes one
 // for old. If afterwards any row still names old (one the compaction did
-// not copy), or a staying row no longer named it, nothing is changed and
-// ErrPackChanged is returned.
+// not copy), or a staying row no longer named it, or newPack's recorded
+// removal is gone (carried out by another start of the node: the file
+// may be gone too), nothing is changed and ErrPackChanged is returned.
 func (r *Repo) CompactPack(ctx context.Context, node, old, newPack string, moves []PackMove, purge []int64) error {
 	err := r.withTx(ctx, func(tx *sql.Tx) error {
 		// Set-based, a chunk of rows a statement: a pack may hold tens of
@@ -159,8 +160,17 @@ func (r *Repo) CompactPack(ctx context.Context, node, old, newPack string, moves
 			return fmt.Errorf("%d rows left: %w", left, ErrPackChanged)
 		}
 		if newPack != "" {
-			if _, err := tx.ExecContext(ctx, `DELETE FROM pack_removals WHERE pack = $1`, newPack); err != nil {
+			// The new pack's recorded removal must still be there: if
+			// another start of this node (a server that took over the
+			// node's lock) carried it out, the file may be gone.
+			res, err := tx.ExecContext(ctx, `DELETE FROM pack_removals WHERE pack = $1 AND node = $2`, newPack, node)
+			if err != nil {
 				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n != 1 {
+				return fmt.Errorf("the new pack's recorded removal is gone (carried out by another start of the node?): %w", ErrPackChanged)
 			}
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO pack_removals (pack, node, create_ms) VALUES ($1, $2, $3) ON CONFLICT (pack) DO NOTHING`, old, node, nowMs())

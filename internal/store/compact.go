@@ -134,12 +134,26 @@ func (s *Store) compactPack(ctx context.Context, pack string, beforeMs int64) (c
 			return c, err
 		}
 		if newSize, err = s.copyStaying(oldPath, filepath.Join(s.opt.Root, newRel), staying); err != nil {
-			s.dropNewPack(ctx, newRel)
+			if errors.Is(err, errPackNotCreated) {
+				// Whatever is under that name is not this compaction's
+				// (a pack of an earlier run, named from a clock that was
+				// set back since): it stays; only the record goes.
+				if derr := s.repo.DonePackRemoval(ctx, newRel); derr != nil {
+					err = errors.Join(err, derr)
+				}
+			} else {
+				s.dropNewPack(ctx, newRel)
+			}
 			return c, fmt.Errorf("compact pack %s: %w", pack, err)
 		}
 	}
 	if err := s.compactStep("copied"); err != nil {
 		return c, err
+	}
+	if err := s.held(); err != nil {
+		// Another server may be acting as this node: its start may
+		// have removed the new pack. The recorded removal stays.
+		return c, fmt.Errorf("compact pack %s: %w", pack, err)
 	}
 	if err := s.repo.CompactPack(ctx, s.opt.Node, pack, newRel, staying, claimed); err != nil {
 		// The transaction may have committed (its answer lost): the
@@ -169,11 +183,11 @@ func (s *Store) copyStaying(oldPath, newPath string, staying []meta.PackMove) (i
 	}
 	defer src.Close()
 	if err := mkdirAllSync(filepath.Dir(newPath)); err != nil {
-		return 0, fmt.Errorf("create pack directory: %w", err)
+		return 0, fmt.Errorf("create pack directory: %w: %w", errPackNotCreated, err)
 	}
 	dst, err := os.OpenFile(newPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
 	if err != nil {
-		return 0, fmt.Errorf("create pack: %w", err)
+		return 0, fmt.Errorf("create pack: %w: %w", errPackNotCreated, err)
 	}
 	buf := make([]byte, compactBuf)
 	var off int64
@@ -202,6 +216,11 @@ func (s *Store) copyStaying(oldPath, newPath string, staying []meta.PackMove) (i
 	}
 	return off, nil
 }
+
+// errPackNotCreated is copyStaying's error when it did not create the new
+// pack: a file already there under its name (O_EXCL) is not the
+// compaction's to remove.
+var errPackNotCreated = errors.New("the new pack was not created")
 
 // onlyWriter hides the file's ReadFrom, so that io.CopyBuffer uses the
 // fixed buffer.
@@ -245,22 +264,37 @@ func (s *Store) removeRecorded(ctx context.Context, pack string, check bool) err
 }
 
 // removeRecordedPacks carries out this node's recorded pack removals
-// (left by compactions cut short) and returns how many files it removed.
-// Called at start and by the purge (under purgeMu): never during a
-// compaction.
+// (left by compactions cut short) and returns how many it carried out.
+// One that fails (a file the server may not remove, say) does not hold up
+// the others: their errors are returned together, and the records stay
+// for the next run. Called at start and by the purge (under purgeMu):
+// never during a compaction.
 func (s *Store) removeRecordedPacks(ctx context.Context) (int, error) {
 	packs, err := s.repo.PackRemovals(ctx, s.opt.Node)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
+	var errs []error
 	for _, p := range packs {
+		if err := ctx.Err(); err != nil {
+			return n, errors.Join(append(errs, err)...)
+		}
 		if err := s.removeRecorded(ctx, p, true); err != nil {
-			return n, err
+			errs = append(errs, err)
+			continue
 		}
 		n++
 	}
-	return n, nil
+	return n, errors.Join(errs...)
+}
+
+// held is Options.Held: nil while this server may act as its node.
+func (s *Store) held() error {
+	if s.opt.Held == nil {
+		return nil
+	}
+	return s.opt.Held()
 }
 
 // compactPacks compacts packs, one at a time, in name order. A pack that
@@ -277,6 +311,9 @@ func (s *Store) compactPacks(ctx context.Context, packs map[string]bool, beforeM
 	for _, p := range names {
 		if err := ctx.Err(); err != nil {
 			return errors.Join(first, err)
+		}
+		if err := s.held(); err != nil {
+			return errors.Join(first, fmt.Errorf("compact packs: %w", err))
 		}
 		c, err := s.compactPack(ctx, p, beforeMs)
 		if len(c.streams) > 0 {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,6 +59,7 @@ type compactFix struct {
 	recent  []meta.Stream
 	later   []meta.Stream // live, in later packs
 	cut     int64
+	held    func() error // the stores' Options.Held
 }
 
 func (f *compactFix) open(t *testing.T, repo store.Repo) *store.Store {
@@ -73,7 +75,7 @@ func (f *compactFix) open(t *testing.T, repo store.Repo) *store.Store {
 	s, err := store.Open(context.Background(), repo, f.e.codec, store.Options{
 		Root: f.e.root(), Node: f.node, BlockSize: 4096, PackMax: packMax,
 		PackSegment: 1, // a pack per batch
-		Now:         f.clock.now, Metrics: m,
+		Now:         f.clock.now, Metrics: m, Held: f.held,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -851,5 +853,298 @@ func TestCompactOpenPack(t *testing.T) {
 			}
 		}
 		f.checkConsistent(t, s)
+	})
+}
+
+// TestCompactNameCollision: the compaction's new pack is named as the
+// writer names packs, from a sequence that starts at the clock's
+// nanoseconds; after a start with the clock set back it can meet a pack
+// of an earlier run in the same day's directory. The new pack's creation
+// then fails (O_EXCL), and the compaction must leave that file alone: it
+// removed it as its own new pack, and with it every stream in it.
+func TestCompactNameCollision(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		f, s := newCompactFix(t, e, "n1", 8)
+		// A pack of today's, whose name the compaction is about to take.
+		today := f.postBatch(t, s, "TODAY-n1", 2)
+		f.later = append(f.later, today...)
+		seq, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(today[0].Pack), "N1-"), ".wpk"), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		store.SetPackSeq(s, seq-1)
+		if _, err := s.PurgeDeleted(ctx, f.cut); err == nil {
+			t.Fatal("PurgeDeleted succeeded though the new pack's name was taken")
+		}
+		if _, err := os.Stat(filepath.Join(e.root(), today[0].Pack)); err != nil {
+			t.Fatalf("today's pack, whose name the compaction tried: %v", err)
+		}
+		for _, st := range today {
+			if err := readRow(s, mustRow(t, e, st.ID), f.content[st.ID]); err != nil {
+				t.Errorf("stream %d of today's pack: %v", st.ID, err)
+			}
+		}
+		// The next run, under a free name, compacts.
+		res, err := s.PurgeDeleted(ctx, f.cut)
+		if err != nil || res.Packs != 1 {
+			t.Fatalf("PurgeDeleted = %+v, %v", res, err)
+		}
+		f.checkCompacted(t, s)
+	})
+}
+
+// TestCompactShortPack: a pack whose file is shorter than its rows claim
+// (damaged, or cut by a disk that lost its tail) cannot be copied whole.
+// The compaction then changes nothing it cannot undo: the old pack stays
+// as it is (the evidence), every staying stream that is readable reads as
+// before, the new pack and its record go, and the rows still name the
+// old pack.
+func TestCompactShortPack(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		f, s := newCompactFix(t, e, "n1", 16)
+		// The last stream of the pack (a staying one) loses its tail.
+		last := f.recent[len(f.recent)-1]
+		row := mustRow(t, e, last.ID)
+		if row.PackOffset+row.FileSize != f.oldSize {
+			t.Fatalf("stream %d is not the pack's last", last.ID)
+		}
+		path := filepath.Join(e.root(), f.old)
+		if err := os.Truncate(path, f.oldSize-10); err != nil {
+			t.Fatal(err)
+		}
+		before := packFiles(t, e.root())
+		res, err := s.PurgeDeleted(ctx, f.cut)
+		if err == nil || !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("PurgeDeleted = %+v, %v; want the short pack's error", res, err)
+		}
+		if res.Packs != 0 {
+			t.Errorf("PurgeDeleted = %+v: a pack compacted", res)
+		}
+		if got := packSize(t, e, f.old); got != f.oldSize-10 {
+			t.Errorf("the damaged pack is %d bytes, was %d", got, f.oldSize-10)
+		}
+		if after := packFiles(t, e.root()); !slices.Equal(before, after) {
+			t.Errorf("packs %v after the failed compaction, %v before", after, before)
+		}
+		if left, err := e.repo.PackRemovals(ctx, f.node); err != nil || len(left) > 0 {
+			t.Errorf("pack removals left recorded: %v, %v", left, err)
+		}
+		for _, st := range append(slices.Clone(f.live), f.recent[:len(f.recent)-1]...) {
+			row := mustRow(t, e, st.ID)
+			if row.Pack != f.old {
+				t.Errorf("stream %d moved to %s", st.ID, row.Pack)
+			}
+			if err := readRow(s, row, f.content[st.ID]); err != nil {
+				t.Errorf("readable stream %d of the damaged pack: %v", st.ID, err)
+			}
+		}
+		for _, st := range f.purge {
+			if _, err := e.repo.GetStream(ctx, st.ID); err != nil {
+				t.Errorf("claimed stream %d of the damaged pack: %v", st.ID, err)
+			}
+		}
+		// Every run tries again, and changes nothing.
+		if _, err := s.PurgeDeleted(ctx, f.cut); err == nil {
+			t.Fatal("second PurgeDeleted succeeded")
+		}
+		if after := packFiles(t, e.root()); !slices.Equal(before, after) {
+			t.Errorf("packs %v after the second run, %v before", after, before)
+		}
+	})
+}
+
+// TestCompactTakeover: a server that lost its node's lock (PostgreSQL)
+// may be compacting when another server starts as that node on the same
+// data directory; that start carries out the node's recorded pack
+// removals (and removes its unnamed packs), the compaction's new pack
+// among them. The compaction must then not repoint the rows to it: the
+// staying streams would name a removed file.
+func TestCompactTakeover(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		f, s := newCompactFix(t, e, "n1", 12)
+		var s2 *store.Store
+		store.SetCompactHook(s, func(at string) error {
+			if at == "copied" && s2 == nil {
+				s2 = f.open(t, nil) // the other server's start
+			}
+			return nil
+		})
+		if _, err := s.PurgeDeleted(ctx, f.cut); err == nil {
+			t.Error("PurgeDeleted succeeded though its new pack was removed by another start")
+		}
+		s.Close()
+		for _, st := range append(append(slices.Clone(f.live), f.recent...), f.later...) {
+			if err := readRow(s2, mustRow(t, e, st.ID), f.content[st.ID]); err != nil {
+				t.Errorf("staying stream %d: %v", st.ID, err)
+			}
+		}
+		// The server that holds the lock now compacts.
+		if _, err := s2.PurgeDeleted(ctx, f.cut); err != nil {
+			t.Fatal(err)
+		}
+		f.checkCompacted(t, s2)
+	})
+}
+
+// TestCompactLockLost: a server that lost its node's lock (PostgreSQL)
+// stops compacting: no transaction repoints rows to a new pack that a
+// server that took over the node may have removed, and no further pack
+// is compacted. The recorded removal takes the new pack once the lock is
+// held again.
+func TestCompactLockLost(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		f, s := newCompactFix(t, e, "n1", 12)
+		s.Close()
+		var lost atomic.Bool
+		errLost := errors.New("node lock lost")
+		f.held = func() error {
+			if lost.Load() {
+				return errLost
+			}
+			return nil
+		}
+		s = f.open(t, nil)
+		store.SetCompactHook(s, func(at string) error {
+			if at == "copied" {
+				lost.Store(true)
+			}
+			return nil
+		})
+		if _, err := s.PurgeDeleted(ctx, f.cut); !errors.Is(err, errLost) {
+			t.Fatalf("PurgeDeleted after the lock was lost: %v", err)
+		}
+		for _, st := range append(slices.Clone(f.live), f.recent...) {
+			if row := mustRow(t, e, st.ID); row.Pack != f.old {
+				t.Errorf("stream %d repointed to %s after the lock was lost", st.ID, row.Pack)
+			}
+		}
+		// Not while it is lost either.
+		if _, err := s.PurgeDeleted(ctx, f.cut); !errors.Is(err, errLost) {
+			t.Fatalf("PurgeDeleted while the lock is lost: %v", err)
+		}
+		lost.Store(false)
+		store.SetCompactHook(s, nil)
+		if _, err := s.PurgeDeleted(ctx, f.cut); err != nil {
+			t.Fatal(err)
+		}
+		f.checkCompacted(t, s)
+	})
+}
+
+// TestCompactDiskFull: the store's disk fills during the compaction's
+// copy (a tmpfs with a few KiB left). The copy fails, and everything stays
+// as it was: the rows name the old pack, whose streams read as before, and
+// the new pack and its recorded removal go. With space again the next run
+// compacts. Needs root (to mount the tmpfs).
+func TestCompactDiskFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	engines(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		if err := os.MkdirAll(e.root(), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount("tmpfs", e.root(), "tmpfs", 0, "size=4m"); err != nil {
+			t.Skipf("mount tmpfs: %v", err)
+		}
+		t.Cleanup(func() { _ = syscall.Unmount(e.root(), syscall.MNT_DETACH) })
+		f, s := newCompactFix(t, e, "n1", 24)
+		// Fill the disk, then leave a page free: less than the staying
+		// streams' bytes.
+		filler := filepath.Join(e.root(), "filler")
+		fl, err := os.Create(filler)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64<<10)
+		var n int64
+		for {
+			w, err := fl.Write(buf)
+			n += int64(w)
+			if err != nil {
+				break
+			}
+		}
+		if err := fl.Truncate(n - 4096); err != nil {
+			t.Fatal(err)
+		}
+		fl.Close()
+		before := packFiles(t, e.root())
+		res, err := s.PurgeDeleted(ctx, f.cut)
+		if !errors.Is(err, syscall.ENOSPC) || res.Packs != 0 {
+			t.Fatalf("PurgeDeleted on a full disk = %+v, %v; want ENOSPC", res, err)
+		}
+		if after := packFiles(t, e.root()); !slices.Equal(before, after) {
+			t.Errorf("packs %v after the failed compaction, %v before", after, before)
+		}
+		if left, err := e.repo.PackRemovals(ctx, f.node); err != nil || len(left) > 0 {
+			t.Errorf("pack removals left recorded: %v, %v", left, err)
+		}
+		for _, st := range append(slices.Clone(f.live), f.recent...) {
+			row := mustRow(t, e, st.ID)
+			if row.Pack != f.old {
+				t.Errorf("stream %d moved to %s", st.ID, row.Pack)
+			}
+			if err := readRow(s, row, f.content[st.ID]); err != nil {
+				t.Errorf("stream %d: %v", st.ID, err)
+			}
+		}
+		if err := os.Remove(filler); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := s.PurgeDeleted(ctx, f.cut); err != nil || res.Packs != 1 {
+			t.Fatalf("PurgeDeleted with space again = %+v, %v", res, err)
+		}
+		f.checkCompacted(t, s)
+	})
+}
+
+// TestCompactRecordedRemovalFails: a recorded pack removal that cannot be
+// carried out (here its path is a directory that is not empty; in life a
+// file the server may not remove) must not hold up the start, the purge
+// or the other records: those go on, and the error is returned (and
+// tried again by the next run).
+func TestCompactRecordedRemovalFails(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		f, s := newCompactFix(t, e, "n1", 12)
+		s.Close()
+		// A stuck record, sorted first, and a plain leftover after it.
+		stuck := filepath.Join("packs", "2025", "01", "01", "N1-1.wpk")
+		if err := os.MkdirAll(filepath.Join(e.root(), stuck, "x"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		leftover := filepath.Join("packs", "2025", "01", "01", "N1-2.wpk")
+		if err := os.WriteFile(filepath.Join(e.root(), leftover), []byte("left"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{stuck, leftover} {
+			if err := e.repo.AddPackRemoval(ctx, f.node, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s = f.open(t, nil) // must start
+		if _, err := os.Stat(filepath.Join(e.root(), leftover)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the leftover after the stuck record: %v", err)
+		}
+		res, err := s.PurgeDeleted(ctx, f.cut)
+		if err == nil {
+			t.Error("PurgeDeleted hid the stuck removal's error")
+		}
+		if res.Packs != 1 || res.Streams != int64(len(f.purge)) {
+			t.Fatalf("PurgeDeleted = %+v, %v: the stuck record held up the purge", res, err)
+		}
+		if err := os.RemoveAll(filepath.Join(e.root(), stuck)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.PurgeDeleted(ctx, f.cut); err != nil {
+			t.Fatal(err)
+		}
+		f.checkCompacted(t, s)
 	})
 }

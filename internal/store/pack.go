@@ -552,16 +552,22 @@ const defaultPurgeBatch = 1000
 // are theirs to remove. A purge cut short is finished by the next one;
 // runs take turns.
 func (s *Store) PurgeDeleted(ctx context.Context, beforeMs int64) (PurgeResult, error) {
-	var res PurgeResult
 	if s.opt.ReadOnly {
-		return res, errors.New("purge deleted streams: the store is read-only")
+		return PurgeResult{}, errors.New("purge deleted streams: the store is read-only")
 	}
 	s.purgeMu.Lock()
 	defer s.purgeMu.Unlock()
-	// Packs a compaction cut short left behind.
-	if _, err := s.removeRecordedPacks(ctx); err != nil {
-		return res, err
-	}
+	// Packs a compaction cut short left behind; one that cannot be
+	// removed does not hold up the purge (its error is returned with the
+	// run's).
+	_, rerr := s.removeRecordedPacks(ctx)
+	res, err := s.purgeDeleted(ctx, beforeMs)
+	return res, errors.Join(rerr, err)
+}
+
+// purgeDeleted is PurgeDeleted's run, under purgeMu.
+func (s *Store) purgeDeleted(ctx context.Context, beforeMs int64) (PurgeResult, error) {
+	var res PurgeResult
 	batch := s.opt.PurgeBatch
 	if batch <= 0 {
 		batch = defaultPurgeBatch

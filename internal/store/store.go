@@ -67,6 +67,11 @@ type Options struct {
 	// ReadOnly opens the store for reading only: no recovery and no
 	// committer, so an admin command can read while a server writes.
 	ReadOnly bool
+	// Held, if set, says why this server may no longer act as its node
+	// (its node lock lost: another server may have started as it), or
+	// nil. A compaction of packs checks it before each pack and before
+	// the transaction that repoints the rows, and stops when it fails.
+	Held func() error
 }
 
 // Store writes and reads streams.
@@ -136,10 +141,14 @@ func Open(ctx context.Context, repo Repo, codec *streamfile.Codec, opt Options) 
 	if err := s.removeOrphanPacks(ctx); err != nil {
 		return nil, err
 	}
-	if n, err := s.removeRecordedPacks(ctx); err != nil {
-		return nil, fmt.Errorf("recover: %w", err)
-	} else if n > 0 {
+	// Packs a compaction cut short left behind. One that cannot be
+	// removed is garbage, not a reason not to start: the purge tries again.
+	n, err := s.removeRecordedPacks(ctx)
+	if n > 0 {
 		s.opt.Logger.Warn("removed packs left by a compaction cut short", "count", n, "node", s.opt.Node)
+	}
+	if err != nil {
+		s.opt.Logger.Warn("cannot remove packs left by a compaction cut short; trying again at the next purge", "node", s.opt.Node, "err", err)
 	}
 	go s.commitLoop()
 	return s, nil
