@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -95,6 +97,7 @@ func (s *server) registerOperations() error {
 		return err
 	}
 	o.register()
+	o.removeLeftovers()
 	o.svc.Start()
 	s.closers = append(s.closers, o.svc.Close)
 	return nil
@@ -246,4 +249,80 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// staleUpload is how long an upload's staged file may go unchanged and
+// without an operation before it is taken for one that a crash cut short.
+// An upload that is still arriving writes to it all the time (one that
+// stops is cut off after receive.bodyIdleTimeout), and one that has just
+// been staged gets its operation a moment later; on a data directory that
+// other nodes share, either may be another node's.
+const staleUpload = time.Hour
+
+// removeLeftovers removes, at start, what a server killed in the middle
+// of an operation (kill -9, a power cut) left under exports/ and imports/
+// that no run will remove: a run removes the partial file of its own
+// earlier run, but an operation cancelled or deleted before it ran again
+// never does, nor does the staged zip of an upload whose operation was
+// never recorded, or the zip of an export deleted just before the crash.
+// Kept: every file of a PENDING or RUNNING operation (its run needs it or
+// cleans it up), a SUCCEEDED export's zip, and a recent upload.
+func (s *opsAPI) removeLeftovers() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	removed := 0
+	for _, dir := range []string{s.exportDir(), s.importDir()} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			s.Log.Warn("look for files left by interrupted operations", "dir", dir, "err", err)
+			continue
+		}
+		for _, e := range entries {
+			id, _, ok := strings.Cut(e.Name(), ".zip")
+			if !ok || !e.Type().IsRegular() {
+				continue // not an operation's file
+			}
+			keep, err := s.wantedFile(ctx, dir, id, e)
+			if err != nil {
+				s.Log.Warn("look for files left by interrupted operations", "file", e.Name(), "err", err)
+				continue
+			}
+			if keep {
+				continue
+			}
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+				s.Log.Warn("remove a file left by an interrupted operation", "file", e.Name(), "err", err)
+				continue
+			}
+			removed++
+			s.Log.Info("removed a file left by an interrupted operation", "dir", filepath.Base(dir), "file", e.Name())
+		}
+	}
+	if removed > 0 {
+		s.Log.Info("removed files left by interrupted operations", "files", removed)
+	}
+}
+
+// wantedFile tells whether a file under exports/ or imports/ of the
+// operation id is still of use.
+func (s *opsAPI) wantedFile(ctx context.Context, dir, id string, e os.DirEntry) (bool, error) {
+	op, err := s.svc.Get(ctx, id)
+	switch {
+	case errors.Is(err, meta.ErrNotFound):
+		if dir != s.importDir() {
+			return false, nil // an export's files exist only while its operation does
+		}
+		info, err := e.Info()
+		if err != nil {
+			return false, err
+		}
+		return time.Since(info.ModTime()) < staleUpload, nil
+	case err != nil:
+		return false, err
+	}
+	switch op.State {
+	case meta.OpPending, meta.OpRunning:
+		return true, nil
+	}
+	return dir == s.exportDir() && e.Name() == id+".zip" && op.Kind == kindExport && op.State == meta.OpSucceeded, nil
 }

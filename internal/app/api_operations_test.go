@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/app/apptest"
@@ -681,5 +682,73 @@ func TestAPIDownloadOfDamagedStream(t *testing.T) {
 	}
 	if !strings.Contains(s.Logs.String(), "ended early") {
 		t.Errorf("no log line says a download ended early")
+	}
+}
+
+// TestAPIOperationFilesLeftByACrash: a server killed (kill -9, a power
+// cut) in the middle of an export or an upload leaves files under
+// exports/ and imports/ that no run will ever remove: the partial zip of an
+// export that was then cancelled or deleted before anything re-ran it,
+// the staged zip of an import that has finished, an upload cut short
+// before its operation was recorded, an export's zip whose operation was
+// deleted just before the crash. The next start removes them, and keeps
+// what is still wanted: a finished export's zip, a pending import's zip,
+// an upload that may still be arriving (on a data directory shared with
+// other nodes).
+func TestAPIOperationFilesLeftByACrash(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, nil)
+	s.CreateFeed("FEED-A", "", "")
+	post(t, s, []byte("alpha\n"), "Feed", "FEED-A").ok(t)
+	admin := user(t, s, "opsadmin", []string{access.Administrator}, nil)
+	exportLoc := accepted(t, admin.do("POST", "/exports", `{}`), "export")
+	succeeded(t, admin, exportLoc, &exportResult{})
+	failedLoc := accepted(t, admin.raw("POST", "/imports", []byte("not a zip at all"), "application/zip"), "import")
+	if op := poll(t, admin, failedLoc); op.State != "FAILED" {
+		t.Fatalf("import of garbage: %+v", op)
+	}
+	exportID, failedID := filepath.Base(exportLoc), filepath.Base(failedLoc)
+	s.Stop()
+
+	exports, imports := filepath.Join(s.Cfg.Data, "exports"), filepath.Join(s.Cfg.Data, "imports")
+	old := time.Now().Add(-2 * time.Hour)
+	plant := func(path string, mtime time.Time) string {
+		t.Helper()
+		if err := os.WriteFile(path, []byte("left by a crash"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	gone := []string{
+		plant(filepath.Join(exports, failedID+".zip.123.partial"), time.Now()), // its operation is final
+		plant(filepath.Join(exports, "0d0e3c1a-1111-4222-8333-444455556666.zip.7.partial"), old),
+		plant(filepath.Join(exports, "0d0e3c1a-1111-4222-8333-444455556666.zip"), old), // no such operation
+		plant(filepath.Join(imports, failedID+".zip"), time.Now()),                     // its operation is final
+		plant(filepath.Join(imports, "1d0e3c1a-1111-4222-8333-444455556666.zip.9.partial"), old),
+		plant(filepath.Join(imports, "2d0e3c1a-1111-4222-8333-444455556666.zip"), old),
+	}
+	kept := []string{
+		filepath.Join(exports, exportID+".zip"),
+		plant(filepath.Join(imports, "3d0e3c1a-1111-4222-8333-444455556666.zip.9.partial"), time.Now()),
+		plant(filepath.Join(imports, "4d0e3c1a-1111-4222-8333-444455556666.zip"), time.Now()),
+	}
+
+	s = s.Restart()
+	for _, f := range gone {
+		if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after a restart: %v", filepath.Base(f), err)
+		}
+	}
+	for _, f := range kept {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("%s removed: %v", filepath.Base(f), err)
+		}
+	}
+	admin.url = s.URL + "/api"
+	if dl := admin.raw("GET", exportLoc+"/download", nil, ""); dl.status != 200 {
+		t.Fatalf("download after restart: %d %s", dl.status, dl.body)
 	}
 }
