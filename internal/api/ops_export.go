@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/attr"
+	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/operations"
 	"github.com/weirhq/weir/internal/store"
@@ -207,7 +210,8 @@ func (s *opsAPI) runExport(ctx context.Context, run *operations.Run) (any, error
 			_ = os.Remove(tmp.Name())
 		}
 	}()
-	bw := bufio.NewWriterSize(tmp, 256<<10)
+	guard := &spaceGuard{w: tmp, dir: s.exportDir(), min: int64(s.Config.API.ExportMinFreeSpace)}
+	bw := bufio.NewWriterSize(guard, 256<<10)
 	zw := stroomzip.NewWriter(bw)
 	streams := 0
 	feeds := map[string]bool{}
@@ -457,9 +461,63 @@ func (s *opsAPI) opError(ctx context.Context, run *operations.Run, what string, 
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	var low *lowSpaceError
+	if errors.As(err, &low) {
+		s.Log.Warn("operation failed", "operation", run.Op.ID, "kind", run.Op.Kind, "step", what, "err", err)
+		return fmt.Errorf("%s: %w", what, low)
+	}
 	s.Log.Error("operation failed", "operation", run.Op.ID, "kind", run.Op.Kind, "step", what, "err", err)
 	if store.IsNoSpace(err) {
 		return fmt.Errorf("%s: the disk is full", what)
 	}
 	return fmt.Errorf("%s: failed; the server log has the details", what)
+}
+
+// spaceCheckEvery is how many bytes an export writes between two looks at
+// the free space: it may go this much (and a buffer) below its minimum.
+const spaceCheckEvery = 16 << 20
+
+// spaceGuard writes an export's file until the data volume's free space
+// would go below min (api.exportMinFreeSpace): exports share the volume
+// with the streams, and one large export (or several) must not fill the
+// disk that posts are received on.
+type spaceGuard struct {
+	w     io.Writer
+	dir   string
+	min   int64
+	since int64 // bytes written since the last look; the first write looks
+	began bool
+}
+
+func (g *spaceGuard) Write(p []byte) (int, error) {
+	if g.min > 0 && (!g.began || g.since+int64(len(p)) > spaceCheckEvery) {
+		free, err := freeSpace(g.dir)
+		if err != nil {
+			return 0, fmt.Errorf("look at the free space: %w", err)
+		}
+		if free-int64(len(p)) < g.min {
+			return 0, &lowSpaceError{free: free, min: g.min}
+		}
+		g.began, g.since = true, 0
+	}
+	n, err := g.w.Write(p)
+	g.since += int64(n)
+	return n, err
+}
+
+// lowSpaceError is an export stopped by its free space minimum.
+type lowSpaceError struct{ free, min int64 }
+
+func (e *lowSpaceError) Error() string {
+	return fmt.Sprintf("the disk is nearly full: the data volume has %.1f MiB free and exports leave at least "+
+		"api.exportMinFreeSpace (%s) for the data received", float64(e.free)/(1<<20), config.ByteSize(e.min))
+}
+
+// freeSpace is the space on dir's volume available to this process.
+func freeSpace(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(min(st.Bavail*uint64(st.Bsize), math.MaxInt64)), nil
 }

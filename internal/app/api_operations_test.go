@@ -752,3 +752,27 @@ func TestAPIOperationFilesLeftByACrash(t *testing.T) {
 		t.Fatalf("download after restart: %d %s", dl.status, dl.body)
 	}
 }
+
+// TestAPIExportLeavesFreeSpace: exports share the data volume with the
+// streams, so an export stops (FAILED, saying why, its partial zip
+// removed) rather than take the free space below api.exportMinFreeSpace,
+// and posts are received as before. Here the minimum is more than any
+// disk has, as if the disk were nearly full.
+func TestAPIExportLeavesFreeSpace(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, func(c *config.Config) { c.API.ExportMinFreeSpace = 1 << 60 })
+	s.CreateFeed("FEED-A", "", "")
+	post(t, s, []byte("alpha\n"), "Feed", "FEED-A").ok(t)
+	exporter := user(t, s, "exporter", []string{access.DataExport}, map[string]access.Level{"FEED-A": access.View})
+	loc := accepted(t, exporter.do("POST", "/exports", `{}`), "export")
+	op := poll(t, exporter, loc)
+	if op.State != "FAILED" || !strings.Contains(op.Error, "the disk is nearly full") ||
+		!strings.Contains(op.Error, "api.exportMinFreeSpace (1048576TiB)") {
+		t.Fatalf("export on a nearly full disk: %+v", op)
+	}
+	exporter.raw("GET", loc+"/download", nil, "").want(t, "download of a failed export", 409, nil)
+	if entries, err := os.ReadDir(filepath.Join(s.Cfg.Data, "exports")); err != nil || len(entries) != 0 {
+		t.Fatalf("files left by the failed export: %v %v", entries, err)
+	}
+	post(t, s, []byte("beta\n"), "Feed", "FEED-A").ok(t)
+}
