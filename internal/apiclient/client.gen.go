@@ -2510,7 +2510,7 @@ type ClientInterface interface {
 
 	// ImportStreamsWithBody Import a zip of streams
 	//
-	// Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. Needs Data - Import.
+	// Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. A full disk is 503 with Retry-After, as for a post. Needs Data - Import.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3427,7 +3427,7 @@ func (c *Client) GetHealthz(ctx context.Context, reqEditors ...RequestEditorFn) 
 
 // ImportStreamsWithBody Import a zip of streams
 //
-// Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. Needs Data - Import.
+// Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. A full disk is 503 with Retry-After, as for a post. Needs Data - Import.
 //
 // Takes any type of body and a specified content type.
 //
@@ -7134,7 +7134,7 @@ type ClientWithResponsesInterface interface {
 
 	// ImportStreamsWithBodyWithResponse Import a zip of streams
 	//
-	// Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. Needs Data - Import.
+	// Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. A full disk is 503 with Retry-After, as for a post. Needs Data - Import.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13219,7 +13219,7 @@ func (c *ClientWithResponses) GetHealthzWithResponse(ctx context.Context, reqEdi
 
 // ImportStreamsWithBodyWithResponse Import a zip of streams
 //
-// Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. Needs Data - Import.
+// Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. A full disk is 503 with Retry-After, as for a post. Needs Data - Import.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //

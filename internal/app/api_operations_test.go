@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -775,4 +776,66 @@ func TestAPIExportLeavesFreeSpace(t *testing.T) {
 		t.Fatalf("files left by the failed export: %v %v", entries, err)
 	}
 	post(t, s, []byte("beta\n"), "Feed", "FEED-A").ok(t)
+}
+
+// smallDataVolume mounts a tmpfs of size bytes as a fresh directory, for a
+// server to fill; it skips the test where mounting is not allowed (not
+// root). The mount is undone after the server stops.
+func smallDataVolume(t *testing.T, size int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+		t.Skipf("cannot mount a small volume to fill: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// TestAPIOperationsOnAFullDisk: on a data volume that fills up, an upload
+// to /imports is answered as a post to /datafeed would be, 503 with
+// Retry-After and the reason (not a 500 that says nothing), and leaves
+// nothing staged; an export that fills the volume fails saying so and
+// removes its partial zip, so the space is there again.
+func TestAPIOperationsOnAFullDisk(t *testing.T) {
+	t.Parallel()
+	data := smallDataVolume(t, 48<<20)
+	s := apptest.Start(t, func(c *config.Config) {
+		c.Data = data
+		c.API.ExportMinFreeSpace = 0
+	})
+	s.CreateFeed("FEED-A", "", "")
+	admin := user(t, s, "opsadmin", []string{access.Administrator}, nil)
+
+	big := make([]byte, 64<<20)
+	r := admin.raw("POST", "/imports", big, "application/zip")
+	if r.status != 503 || r.header.Get("Retry-After") == "" || !strings.Contains(string(r.body), "disk") {
+		t.Fatalf("import larger than the free space: %d %v %s", r.status, r.header, r.body)
+	}
+	if entries, err := os.ReadDir(filepath.Join(data, "imports")); err != nil || len(entries) != 0 {
+		t.Fatalf("staged files left: %v %v", entries, err)
+	}
+
+	// Incompressible data, stored in several posts, exported in one zip
+	// that does not fit next to them.
+	rng := rand.New(rand.NewPCG(5, 6))
+	chunk := make([]byte, 4<<20)
+	for range 6 {
+		for i := range chunk {
+			chunk[i] = byte(rng.IntN(256))
+		}
+		post(t, s, chunk, "Feed", "FEED-A").ok(t)
+	}
+	loc := accepted(t, admin.do("POST", "/exports", `{}`), "export")
+	op := poll(t, admin, loc)
+	if op.State != "FAILED" || !strings.Contains(op.Error, "the disk is full") {
+		t.Fatalf("export larger than the free space: %+v", op)
+	}
+	if entries, err := os.ReadDir(filepath.Join(data, "exports")); err != nil || len(entries) != 0 {
+		t.Fatalf("files left by the failed export: %v %v", entries, err)
+	}
+	post(t, s, []byte("still received\n"), "Feed", "FEED-A").ok(t)
 }
