@@ -100,6 +100,9 @@ func (s *server) registerOperations() error {
 	o.removeLeftovers()
 	o.svc.Start()
 	s.closers = append(s.closers, o.svc.Close)
+	if stop := o.startExpiry(); stop != nil {
+		s.closers = append(s.closers, stop)
+	}
 	return nil
 }
 
@@ -180,16 +183,11 @@ func (s *opsAPI) register() {
 		switch {
 		case errors.Is(err, meta.ErrFinal):
 			// Finished: remove it and what it left on disk.
-			if err := s.Repo.DeleteOperation(ctx, op.ID); err != nil {
+			if err := s.removeFinished(ctx, op); err != nil {
 				if errors.Is(err, meta.ErrNotFound) {
 					return nil, huma.Error404NotFound("no operation " + in.ID)
 				}
 				return nil, s.internal("delete operation", err)
-			}
-			for _, f := range []string{s.exportFile(op.ID), s.importFile(op.ID)} {
-				if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
-					s.Log.Warn("remove operation file", "operation", op.ID, "file", f, "err", err)
-				}
 			}
 			return &operationOutput{Body: s.toOperation(op)}, nil
 		case errors.Is(err, meta.ErrNotFound):
@@ -325,4 +323,82 @@ func (s *opsAPI) wantedFile(ctx context.Context, dir, id string, e os.DirEntry) 
 		return true, nil
 	}
 	return dir == s.exportDir() && e.Name() == id+".zip" && op.Kind == kindExport && op.State == meta.OpSucceeded, nil
+}
+
+// removeFinished removes a finished operation and what it left on disk.
+func (s *opsAPI) removeFinished(ctx context.Context, op meta.Operation) error {
+	if err := s.Repo.DeleteOperation(ctx, op.ID); err != nil {
+		return err
+	}
+	for _, f := range []string{s.exportFile(op.ID), s.importFile(op.ID)} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.Log.Warn("remove operation file", "operation", op.ID, "file", f, "err", err)
+		}
+	}
+	return nil
+}
+
+// startExpiry removes finished exports, their operations and zips,
+// api.exportRetention after they finished, now and then while the server
+// runs: each export is a copy of the data it selected, and without an end
+// they would fill the data volume. It returns what stops it (nil when
+// exports are kept until deleted).
+func (s *opsAPI) startExpiry() func() {
+	keep := s.Config.API.ExportRetention.D()
+	if keep <= 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(min(keep/4, time.Hour))
+		defer t.Stop()
+		for {
+			s.expireExports(ctx, keep)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// expireExports removes the exports that finished more than keep ago. On
+// a cluster every node does; one that finds an export already removed
+// passes over it.
+func (s *opsAPI) expireExports(ctx context.Context, keep time.Duration) {
+	const page = 1000
+	removed := 0
+	for ctx.Err() == nil {
+		list, err := s.svc.List(ctx, meta.OperationFilter{Kind: kindExport,
+			FinishedBefore: time.Now().Add(-keep).UnixMilli(), Limit: page})
+		if err != nil {
+			if ctx.Err() == nil {
+				s.Log.Warn("list expired exports", "err", err)
+			}
+			break
+		}
+		gone := 0
+		for _, op := range list {
+			switch err := s.removeFinished(ctx, op); {
+			case err == nil:
+				removed++
+				gone++
+			case errors.Is(err, meta.ErrNotFound):
+			default:
+				if ctx.Err() == nil {
+					s.Log.Warn("remove expired export", "operation", op.ID, "err", err)
+				}
+			}
+		}
+		if len(list) < page || gone == 0 {
+			break
+		}
+	}
+	if removed > 0 {
+		s.Log.Info("removed expired exports", "exports", removed, "exportRetention", keep.String())
+	}
 }

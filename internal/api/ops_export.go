@@ -97,7 +97,8 @@ func (s *opsAPI) registerExports() {
 		Summary: "Download an export",
 		Description: "The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export " +
 			"and VIEW on every feed whose streams it holds (403 otherwise), " +
-			"and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests.",
+			"and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests. " +
+			"A finished export is removed, operation and zip, api.exportRetention (7 days by default) after it finished.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict},
 		Responses: map[string]*huma.Response{"200": {Description: "The zip",
 			Content: binaryContent("application/zip")}},

@@ -2554,7 +2554,7 @@ type ClientInterface interface {
 
 	// DownloadExport Download an export
 	//
-	// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export and VIEW on every feed whose streams it holds (403 otherwise), and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests.
+	// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export and VIEW on every feed whose streams it holds (403 otherwise), and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests. A finished export is removed, operation and zip, api.exportRetention (7 days by default) after it finished.
 	//
 	// Corresponds with GET /operations/{id}/download (the `DownloadExport` operationId).
 	DownloadExport(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3531,7 +3531,7 @@ func (c *Client) GetOperation(ctx context.Context, id string, reqEditors ...Requ
 
 // DownloadExport Download an export
 //
-// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export and VIEW on every feed whose streams it holds (403 otherwise), and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests.
+// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export and VIEW on every feed whose streams it holds (403 otherwise), and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests. A finished export is removed, operation and zip, api.exportRetention (7 days by default) after it finished.
 //
 // Corresponds with GET /operations/{id}/download (the `DownloadExport` operationId).
 func (c *Client) DownloadExport(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7188,7 +7188,7 @@ type ClientWithResponsesInterface interface {
 
 	// DownloadExportWithResponse Download an export
 	//
-	// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export and VIEW on every feed whose streams it holds (403 otherwise), and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests.
+	// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export and VIEW on every feed whose streams it holds (403 otherwise), and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests. A finished export is removed, operation and zip, api.exportRetention (7 days by default) after it finished.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -13309,7 +13309,7 @@ func (c *ClientWithResponses) GetOperationWithResponse(ctx context.Context, id s
 
 // DownloadExportWithResponse Download an export
 //
-// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export and VIEW on every feed whose streams it holds (403 otherwise), and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests.
+// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export and VIEW on every feed whose streams it holds (403 otherwise), and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests. A finished export is removed, operation and zip, api.exportRetention (7 days by default) after it finished.
 //
 // Returns a wrapper object for the known response body format(s).
 //

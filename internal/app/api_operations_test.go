@@ -839,3 +839,24 @@ func TestAPIOperationsOnAFullDisk(t *testing.T) {
 	}
 	post(t, s, []byte("still received\n"), "Feed", "FEED-A").ok(t)
 }
+
+// TestAPIExportRetention: a finished export, its operation and its zip,
+// is removed api.exportRetention after it finished, so that exports do not
+// pile up on the data volume; a running export is not touched.
+func TestAPIExportRetention(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, func(c *config.Config) { c.API.ExportRetention = config.Duration(time.Second) })
+	s.CreateFeed("FEED-A", "", "")
+	post(t, s, []byte("alpha\n"), "Feed", "FEED-A").ok(t)
+	exporter := user(t, s, "exporter", []string{access.DataExport}, map[string]access.Level{"FEED-A": access.View})
+	loc := accepted(t, exporter.do("POST", "/exports", `{}`), "export")
+	succeeded(t, exporter, loc, &exportResult{})
+	exporter.raw("GET", loc+"/download", nil, "").want(t, "download at once", 200, nil)
+	file := filepath.Join(s.Cfg.Data, "exports", filepath.Base(loc)+".zip")
+	apptest.WaitFor(t, "the export to expire", func() bool {
+		_, err := os.Stat(file)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	exporter.do("GET", loc, "").want(t, "expired export", 404, nil)
+	exporter.raw("GET", loc+"/download", nil, "").want(t, "download of an expired export", 404, nil)
+}

@@ -56,6 +56,9 @@ type API struct {
 	// volume: an export that would go below it fails, so that a large
 	// export cannot fill the disk that posts are stored on.
 	ExportMinFreeSpace ByteSize `yaml:"exportMinFreeSpace"`
+	// ExportRetention is how long a finished export (its operation and
+	// zip) is kept; 0 keeps them until they are deleted.
+	ExportRetention Duration `yaml:"exportRetention"`
 }
 
 // TLS makes weir serve HTTPS, optionally with client certificates (mutual TLS).
@@ -228,7 +231,8 @@ func Default() Config {
 		},
 		Store: Store{BlockSize: 256 << 10, PackMaxSize: 256 << 10, Compression: "s2", DeletePurgeAge: Duration(7 * 24 * time.Hour)},
 		TLS:   TLS{ClientAuth: "request"},
-		API:   API{MaxConcurrentRequests: 64, MaxConcurrentDownloads: 64, RetryAfter: Duration(time.Second), ExportMinFreeSpace: 1 << 30},
+		API: API{MaxConcurrentRequests: 64, MaxConcurrentDownloads: 64, RetryAfter: Duration(time.Second), ExportMinFreeSpace: 1 << 30,
+			ExportRetention: Duration(7 * 24 * time.Hour)},
 		Security: Security{
 			OIDC:    OIDC{UniqueIdentityClaim: "sub", UsernameClaim: "preferred_username"},
 			APIKeys: APIKeys{MaxExpiry: Duration(365 * 24 * time.Hour)},
@@ -368,6 +372,9 @@ func (c *Config) Validate() error {
 	}
 	if c.API.ExportMinFreeSpace < 0 {
 		add("api.exportMinFreeSpace: must not be negative")
+	}
+	if c.API.ExportRetention < 0 {
+		add("api.exportRetention: must not be negative")
 	}
 	if c.Security.APIKeys.MaxExpiry <= 0 {
 		add("security.apiKeys.maxExpiry: must be positive")
