@@ -860,3 +860,79 @@ func TestAPIExportRetention(t *testing.T) {
 	exporter.do("GET", loc, "").want(t, "expired export", 404, nil)
 	exporter.raw("GET", loc+"/download", nil, "").want(t, "download of an expired export", 404, nil)
 }
+
+// TestAPIImportHostile: zips built to hurt, uploaded to /imports, fail
+// their operation with the reason (as a post of them would be refused),
+// store nothing and leave nothing staged; the server imports a good zip
+// afterwards.
+func TestAPIImportHostile(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, func(c *config.Config) {
+		c.Receive.MaxRequestSize = 32 << 20
+		c.Receive.MaxZipEntries = 1000
+	})
+	s.CreateFeed("FEED-A", "", "")
+	s.CreateFeed("FEED-R", "REJECT", "")
+	imp := user(t, s, "importer", []string{access.DataImport}, nil)
+	good := zipOf(t, "1.meta", "Feed:FEED-A\n", "1.dat", "good\n")
+	noDirectory := good[:bytes.LastIndex(good, []byte("PK\x01\x02"))]
+	noDirectory = noDirectory[:bytes.Index(good, []byte("PK\x01\x02"))]
+	random := make([]byte, 4096)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range random {
+		random[i] = byte(rng.IntN(256))
+	}
+	for _, tc := range []struct {
+		what string
+		body []byte
+		want string
+	}{
+		{"a bomb: 100 entries of 1 MiB of zeros each", zipOfBombs(t, 100), ""},
+		{"a bomb with a feed", append([]byte(nil), zipWithMetaAndBomb(t)...), "Maximum request size exceeded"},
+		{"more entries than maxZipEntries", zipOfEntries(t, 3000), "more than receive.maxZipEntries"},
+		{"truncated", good[:len(good)/2], "not a valid zip"},
+		{"without a central directory", noDirectory, "not a valid zip"},
+		{"random bytes", random, "not a valid zip"},
+		{"an absolute name", zipOf(t, "/etc/1.meta", "Feed:FEED-A\n", "/etc/1.dat", "x"), "absolute names are not allowed"},
+		{"a part for a REJECT feed", zipOf(t, "1.meta", "Feed:FEED-A\n", "1.dat", "x", "2.meta", "Feed:FEED-R\n", "2.dat", "y"), "Feed is not set to receive data"},
+		{"a parent name", zipOf(t, "a/../../1.meta", "Feed:FEED-A\n", "a/../../1.dat", "x"), "escapes the archive root"},
+	} {
+		loc := accepted(t, imp.raw("POST", "/imports", tc.body, "application/zip"), tc.what)
+		op := poll(t, imp, loc)
+		if op.State != "FAILED" || !strings.Contains(op.Error, tc.want) {
+			t.Errorf("%s: %s %q", tc.what, op.State, op.Error)
+		}
+		t.Logf("%s: %s", tc.what, op.Error)
+	}
+	if n := len(s.Streams()); n != 0 {
+		t.Fatalf("%d streams stored by failed imports", n)
+	}
+	if entries, err := os.ReadDir(filepath.Join(s.Cfg.Data, "imports")); err != nil || len(entries) != 0 {
+		t.Fatalf("staged files left: %v %v", entries, err)
+	}
+	succeeded(t, imp, accepted(t, imp.raw("POST", "/imports", good, "application/zip"), "good"), &importResult{})
+}
+
+// zipWithMetaAndBomb is a zip of one part of FEED-A whose data entry
+// inflates from a few KiB to 64 MiB of zeros.
+func zipWithMetaAndBomb(t *testing.T) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	zw := zip.NewWriter(&b)
+	w, err := zw.Create("1.meta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprint(w, "Feed:FEED-A\n")
+	seg := newDeflateZeros(64).bytes()
+	w, err = zw.CreateRaw(&zip.FileHeader{Name: "1.dat", Method: zip.Deflate,
+		CompressedSize64: uint64(len(seg)), UncompressedSize64: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = w.Write(seg)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
