@@ -985,3 +985,90 @@ func TestAPIExportImportToAnotherServer(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIOperationsAcrossARestart: an export and an import that a graceful
+// stop interrupts leave no partial file, show RUNNING until their lease
+// lapses (30 s) and then run again from the start on the restarted
+// server: the export's zip and the import's streams are then exactly
+// what an uninterrupted run gives, the import's stored once.
+func TestAPIOperationsAcrossARestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for an operation lease to lapse")
+	}
+	t.Parallel()
+	s := apptest.Start(t, nil)
+	s.CreateFeed("FEED-A", "", "")
+	block := make([]byte, 1<<20)
+	rng := rand.New(rand.NewPCG(11, 12))
+	for i := range block {
+		block[i] = byte(rng.IntN(256))
+	}
+	const streams = 48
+	for i := range streams {
+		body, _ := io.ReadAll(&patternReader{block: block, n: 4 << 20, off: int64(i) * 4096})
+		post(t, s, body, "Feed", "FEED-A").ok(t)
+	}
+	admin := user(t, s, "opsadmin", []string{access.Administrator}, nil)
+	// A complete export first, to compare with and to import.
+	var whole exportResult
+	succeeded(t, admin, accepted(t, admin.do("POST", "/exports", `{}`), "export"), &whole)
+	want := admin.raw("GET", whole.Download[len("/api"):], nil, "")
+	if want.status != 200 {
+		t.Fatalf("download: %d", want.status)
+	}
+
+	importLoc := accepted(t, admin.raw("POST", "/imports", want.body, "application/zip"), "import")
+	exportLoc := accepted(t, admin.do("POST", "/exports", `{}`), "export")
+	// Stopped at once: the workers have just claimed them, and writing
+	// a zip of 192 MiB takes longer than that.
+	before, beforeImport := poll1(t, admin, exportLoc), poll1(t, admin, importLoc)
+	s.Stop()
+	for _, dir := range []string{"exports", "imports"} {
+		entries, _ := os.ReadDir(filepath.Join(s.Cfg.Data, dir))
+		for _, e := range entries {
+			if strings.HasSuffix(e.Name(), ".partial") {
+				t.Errorf("%s/%s left by the stop", dir, e.Name())
+			}
+		}
+	}
+	s = s.Restart()
+	admin.url = s.URL + "/api"
+	t.Logf("before the stop the export was %s, the import %s; after: %s, %s", before.State, beforeImport.State,
+		poll1(t, admin, exportLoc).State, poll1(t, admin, importLoc).State)
+	for _, loc := range []string{exportLoc, importLoc} {
+		if op := poll1(t, admin, loc); op.FinishTime != "" && op.State != "SUCCEEDED" {
+			t.Fatalf("after the restart: %+v", op)
+		}
+	}
+	for deadline := time.Now().Add(90 * time.Second); poll1(t, admin, exportLoc).FinishTime == "" ||
+		poll1(t, admin, importLoc).FinishTime == ""; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not finished after the restart: %+v %+v", poll1(t, admin, exportLoc), poll1(t, admin, importLoc))
+		}
+	}
+	var res exportResult
+	succeeded(t, admin, exportLoc, &res)
+	if got := admin.raw("GET", exportLoc+"/download", nil, ""); got.status != 200 || len(got.body) != len(want.body) ||
+		!slices.Equal(zipEntries(t, got.body), zipEntries(t, want.body)) {
+		t.Fatalf("export after restart: %d, %d bytes, want %d", got.status, len(got.body), len(want.body))
+	}
+	var ir importResult
+	succeeded(t, admin, importLoc, &ir)
+	n := 0
+	for _, st := range s.Streams() {
+		if st.ReceiptID == ir.ReceiptID {
+			n += st.Parts
+		}
+	}
+	if n != streams || ir.Parts != streams {
+		t.Fatalf("the import stored %d parts (result %d), want %d", n, ir.Parts, streams)
+	}
+}
+
+// poll1 reads an operation once.
+func poll1(t *testing.T, c apiClient, loc string) operation {
+	t.Helper()
+	var op operation
+	c.do("GET", loc, "").want(t, "get operation", 200, &op)
+	return op
+}
