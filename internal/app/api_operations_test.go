@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -1071,4 +1072,47 @@ func poll1(t *testing.T, c apiClient, loc string) operation {
 	var op operation
 	c.do("GET", loc, "").want(t, "get operation", 200, &op)
 	return op
+}
+
+// TestAPIManyOperationsAtOnce: many imports and exports submitted at once
+// by several users all finish, each import's parts stored once, each
+// export whole; nothing is left staged.
+func TestAPIManyOperationsAtOnce(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, nil)
+	s.CreateFeed("FEED-A", "", "")
+	const each = 12
+	users := []apiClient{
+		user(t, s, "one", []string{access.DataImport, access.DataExport}, map[string]access.Level{"FEED-A": access.View}),
+		user(t, s, "two", []string{access.DataImport, access.DataExport}, map[string]access.Level{"FEED-A": access.View}),
+	}
+	var wg sync.WaitGroup
+	locs := make(chan [2]string, 2*len(users)*each)
+	for ui, c := range users {
+		for i := range each {
+			wg.Go(func() {
+				body := zipOf(t, "1.meta", "Feed:FEED-A\n", "1.dat", fmt.Sprintf("user %d import %d\n", ui, i))
+				locs <- [2]string{c.key, accepted(t, c.raw("POST", "/imports", body, "application/zip"), "import")}
+				locs <- [2]string{c.key, accepted(t, c.do("POST", "/exports", `{}`), "export")}
+			})
+		}
+	}
+	wg.Wait()
+	close(locs)
+	for l := range locs {
+		c := users[0]
+		if l[0] != c.key {
+			c = users[1]
+		}
+		pollLong(t, "operation "+l[1], func() bool { return poll1(t, c, l[1]).FinishTime != "" })
+		if op := poll1(t, c, l[1]); op.State != "SUCCEEDED" {
+			t.Errorf("%s: %+v", l[1], op)
+		}
+	}
+	if n := len(s.Streams()); n != 2*each {
+		t.Fatalf("%d streams, want %d", n, 2*each)
+	}
+	if entries, err := os.ReadDir(filepath.Join(s.Cfg.Data, "imports")); err != nil || len(entries) != 0 {
+		t.Fatalf("staged files left: %v %v", entries, err)
+	}
 }
