@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -223,6 +224,34 @@ func (s *opsAPI) visibleOperation(ctx context.Context, id string) (meta.Operatio
 		return meta.Operation{}, huma.Error404NotFound("no operation " + id)
 	}
 	return op, nil
+}
+
+// underQuota refuses a new operation, 429 with Retry-After, to a user who
+// has api.maxOperationsPerUser PENDING or RUNNING already: two workers per
+// node run them in the order submitted, so one user's queue of thousands
+// would hold up every other user's, and each waiting import keeps its
+// upload on disk. Submissions at the same moment may each pass the check
+// and go over the bound by a few.
+func (s *opsAPI) underQuota(ctx context.Context, owner string) error {
+	limit := s.Config.API.MaxOperationsPerUser
+	if limit <= 0 {
+		return nil
+	}
+	n := 0
+	for _, st := range []meta.OpState{meta.OpPending, meta.OpRunning} {
+		list, err := s.svc.List(ctx, meta.OperationFilter{Owner: owner, State: st, Limit: limit})
+		if err != nil {
+			return s.internal("count operations", err)
+		}
+		n += len(list)
+	}
+	if n < limit {
+		return nil
+	}
+	retry := s.retryAfter()
+	return huma.ErrorWithHeaders(huma.NewError(http.StatusTooManyRequests, fmt.Sprintf(
+		"you have %d operations pending or running, as many as api.maxOperationsPerUser allows: submit more once some have finished (or cancel some)", n)),
+		http.Header{"Retry-After": {strconv.Itoa(retry)}})
 }
 
 // accepted answers a submitted operation.

@@ -76,13 +76,18 @@ func (s *opsAPI) registerExports() {
 			"its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates " +
 			"the same data, context and attributes, each part in the feed and type its meta entry names. " +
 			"Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds " +
-			"on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.",
+			"on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped. " +
+			"429 with Retry-After when the caller has api.maxOperationsPerUser operations pending or running.",
 		DefaultStatus: http.StatusAccepted,
+		Errors:        []int{http.StatusTooManyRequests},
 	}), func(ctx context.Context, in *exportInput) (*acceptedOutput, error) {
 		if err := require(ctx, access.DataExport); err != nil {
 			return nil, err
 		}
 		p := caller(ctx)
+		if err := s.underQuota(ctx, p.User.Name); err != nil {
+			return nil, err
+		}
 		req := exportRequest{Feed: in.Body.Feed, IDs: in.Body.IDs}
 		req.AllFeeds, req.Feeds = p.Feeds(access.View)
 		id, err := s.svc.Submit(ctx, kindExport, p.User.Name, req)

@@ -76,14 +76,18 @@ func (s *opsAPI) registerImports() {
 			"with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with " +
 			"`Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt " +
 			"checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for " +
-			"fails the operation, with the message the post would get. A full disk is 503 with Retry-After, as for a post. " +
+			"fails the operation, with the message the post would get. A full disk is 503 with Retry-After, as for a post; 429 with Retry-After when the caller " +
+			"has api.maxOperationsPerUser operations pending or running. " +
 			"Needs Data - Import.",
 		DefaultStatus: http.StatusAccepted,
-		Errors:        []int{http.StatusBadRequest, http.StatusRequestEntityTooLarge},
+		Errors:        []int{http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusTooManyRequests},
 		RequestBody: &huma.RequestBody{Required: true, Description: "The zip",
 			Content: binaryContent("application/zip")},
 	}), func(ctx context.Context, in *importInput) (*acceptedOutput, error) {
 		if err := require(ctx, access.DataImport); err != nil {
+			return nil, err
+		}
+		if err := s.underQuota(ctx, caller(ctx).User.Name); err != nil {
 			return nil, err
 		}
 		if limit > 0 && in.r.ContentLength > limit {

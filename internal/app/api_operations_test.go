@@ -1116,3 +1116,43 @@ func TestAPIManyOperationsAtOnce(t *testing.T) {
 		t.Fatalf("staged files left: %v %v", entries, err)
 	}
 }
+
+// TestAPIOperationsPerUser: a user with api.maxOperationsPerUser exports
+// and imports pending or running gets 429 with Retry-After for another
+// (an upload is refused before it is staged); other users are not held
+// up, and once the user's operations have finished they may submit again.
+func TestAPIOperationsPerUser(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, func(c *config.Config) { c.API.MaxOperationsPerUser = 2 })
+	s.CreateFeed("FEED-A", "", "")
+	block := make([]byte, 1<<20)
+	rng := rand.New(rand.NewPCG(13, 14))
+	for i := range block {
+		block[i] = byte(rng.IntN(256))
+	}
+	for i := range 24 {
+		body, _ := io.ReadAll(&patternReader{block: block, n: 4 << 20, off: int64(i) * 4096})
+		post(t, s, body, "Feed", "FEED-A").ok(t)
+	}
+	perms := []string{access.DataExport, access.DataImport}
+	busy := user(t, s, "busy", perms, map[string]access.Level{"FEED-A": access.View})
+	other := user(t, s, "other", perms, map[string]access.Level{"FEED-A": access.View})
+	// Each export writes 96 MiB of data that does not compress: the
+	// third request comes long before the first two have finished.
+	first := accepted(t, busy.do("POST", "/exports", `{}`), "first export")
+	second := accepted(t, busy.do("POST", "/exports", `{}`), "second export")
+	r := busy.do("POST", "/exports", `{}`)
+	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" ||
+		!strings.Contains(string(r.body), "api.maxOperationsPerUser") {
+		t.Fatalf("third export: %d %v %s", r.status, r.header, r.body)
+	}
+	busy.raw("POST", "/imports", zipOf(t, "1.meta", "Feed:FEED-A\n", "1.dat", "x"), "application/zip").want(t, "import over the bound", 429, nil)
+	if entries, err := os.ReadDir(filepath.Join(s.Cfg.Data, "imports")); err != nil || len(entries) != 0 {
+		t.Fatalf("staged files: %v %v", entries, err)
+	}
+	accepted(t, other.do("POST", "/exports", `{"ids":[1]}`), "another user's export")
+	for _, loc := range []string{first, second} {
+		pollLong(t, "export "+loc, func() bool { return poll1(t, busy, loc).FinishTime != "" })
+	}
+	succeeded(t, busy, accepted(t, busy.do("POST", "/exports", `{"ids":[1]}`), "export after the first finished"), &exportResult{})
+}

@@ -59,6 +59,11 @@ type API struct {
 	// ExportRetention is how long a finished export (its operation and
 	// zip) is kept; 0 keeps them until they are deleted.
 	ExportRetention Duration `yaml:"exportRetention"`
+	// MaxOperationsPerUser bounds the exports and imports one user may
+	// have PENDING or RUNNING: one user's queue must not hold up everyone
+	// else's operations, nor fill the database and the disk (staged
+	// uploads). 0: no bound.
+	MaxOperationsPerUser int `yaml:"maxOperationsPerUser"`
 }
 
 // TLS makes weir serve HTTPS, optionally with client certificates (mutual TLS).
@@ -232,7 +237,7 @@ func Default() Config {
 		Store: Store{BlockSize: 256 << 10, PackMaxSize: 256 << 10, Compression: "s2", DeletePurgeAge: Duration(7 * 24 * time.Hour)},
 		TLS:   TLS{ClientAuth: "request"},
 		API: API{MaxConcurrentRequests: 64, MaxConcurrentDownloads: 64, RetryAfter: Duration(time.Second), ExportMinFreeSpace: 1 << 30,
-			ExportRetention: Duration(7 * 24 * time.Hour)},
+			ExportRetention: Duration(7 * 24 * time.Hour), MaxOperationsPerUser: 100},
 		Security: Security{
 			OIDC:    OIDC{UniqueIdentityClaim: "sub", UsernameClaim: "preferred_username"},
 			APIKeys: APIKeys{MaxExpiry: Duration(365 * 24 * time.Hour)},
@@ -375,6 +380,9 @@ func (c *Config) Validate() error {
 	}
 	if c.API.ExportRetention < 0 {
 		add("api.exportRetention: must not be negative")
+	}
+	if c.API.MaxOperationsPerUser < 0 {
+		add("api.maxOperationsPerUser: must not be negative")
 	}
 	if c.Security.APIKeys.MaxExpiry <= 0 {
 		add("security.apiKeys.maxExpiry: must be positive")
