@@ -1156,3 +1156,52 @@ func TestAPIOperationsPerUser(t *testing.T) {
 	}
 	succeeded(t, busy, accepted(t, busy.do("POST", "/exports", `{"ids":[1]}`), "export after the first finished"), &exportResult{})
 }
+
+// TestAPICancelRunning: an export and an import cancelled while they run
+// end CANCELLED (not overwritten by an outcome), leave no partial or
+// staged file, and the import stores all of its zip or none of it.
+func TestAPICancelRunning(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, nil)
+	s.CreateFeed("FEED-A", "", "")
+	block := make([]byte, 1<<20)
+	rng := rand.New(rand.NewPCG(15, 16))
+	for i := range block {
+		block[i] = byte(rng.IntN(256))
+	}
+	for i := range 24 {
+		body, _ := io.ReadAll(&patternReader{block: block, n: 4 << 20, off: int64(i) * 4096})
+		post(t, s, body, "Feed", "FEED-A").ok(t)
+	}
+	admin := user(t, s, "opsadmin", []string{access.Administrator}, nil)
+	var whole exportResult
+	succeeded(t, admin, accepted(t, admin.do("POST", "/exports", `{}`), "export"), &whole)
+	zipBody := admin.raw("GET", whole.Download[len("/api"):], nil, "").body
+	nBefore := len(s.Streams())
+
+	exportLoc := accepted(t, admin.do("POST", "/exports", `{}`), "export")
+	var op operation
+	admin.do("DELETE", exportLoc, "").want(t, "cancel the export", 200, &op)
+	importLoc := accepted(t, admin.raw("POST", "/imports", zipBody, "application/zip"), "import")
+	admin.do("DELETE", importLoc, "").want(t, "cancel the import", 200, &op)
+	time.Sleep(2 * time.Second) // heartbeats: an outcome recorded late would show by now
+	for _, loc := range []string{exportLoc, importLoc} {
+		if op := poll1(t, admin, loc); op.State != "CANCELLED" {
+			t.Errorf("%s after cancel: %+v", loc, op)
+		}
+	}
+	for _, dir := range []string{"imports"} {
+		if entries, err := os.ReadDir(filepath.Join(s.Cfg.Data, dir)); err != nil || len(entries) != 0 {
+			t.Errorf("%s left: %v %v", dir, entries, err)
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(s.Cfg.Data, "exports"))
+	for _, e := range entries {
+		if e.Name() != filepath.Base(whole.Download[:len(whole.Download)-len("/download")])+".zip" {
+			t.Errorf("exports/%s left", e.Name())
+		}
+	}
+	if n := len(s.Streams()) - nBefore; n != 0 && n != 24 {
+		t.Errorf("the cancelled import stored %d of 24 streams", n)
+	}
+}
