@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -95,8 +98,12 @@ func (s *server) registerOperations() error {
 		return err
 	}
 	o.register()
+	o.removeLeftovers()
 	o.svc.Start()
 	s.closers = append(s.closers, o.svc.Close)
+	if stop := o.startExpiry(); stop != nil {
+		s.closers = append(s.closers, stop)
+	}
 	return nil
 }
 
@@ -177,16 +184,11 @@ func (s *opsAPI) register() {
 		switch {
 		case errors.Is(err, meta.ErrFinal):
 			// Finished: remove it and what it left on disk.
-			if err := s.Repo.DeleteOperation(ctx, op.ID); err != nil {
+			if err := s.removeFinished(ctx, op); err != nil {
 				if errors.Is(err, meta.ErrNotFound) {
 					return nil, huma.Error404NotFound("no operation " + in.ID)
 				}
 				return nil, s.internal("delete operation", err)
-			}
-			for _, f := range []string{s.exportFile(op.ID), s.importFile(op.ID)} {
-				if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
-					s.Log.Warn("remove operation file", "operation", op.ID, "file", f, "err", err)
-				}
 			}
 			return &operationOutput{Body: s.toOperation(op)}, nil
 		case errors.Is(err, meta.ErrNotFound):
@@ -224,6 +226,34 @@ func (s *opsAPI) visibleOperation(ctx context.Context, id string) (meta.Operatio
 	return op, nil
 }
 
+// underQuota refuses a new operation, 429 with Retry-After, to a user who
+// has api.maxOperationsPerUser PENDING or RUNNING already: two workers per
+// node run them in the order submitted, so one user's queue of thousands
+// would hold up every other user's, and each waiting import keeps its
+// upload on disk. Submissions at the same moment may each pass the check
+// and go over the bound by a few.
+func (s *opsAPI) underQuota(ctx context.Context, owner string) error {
+	limit := s.Config.API.MaxOperationsPerUser
+	if limit <= 0 {
+		return nil
+	}
+	n := 0
+	for _, st := range []meta.OpState{meta.OpPending, meta.OpRunning} {
+		list, err := s.svc.List(ctx, meta.OperationFilter{Owner: owner, State: st, Limit: limit})
+		if err != nil {
+			return s.internal("count operations", err)
+		}
+		n += len(list)
+	}
+	if n < limit {
+		return nil
+	}
+	retry := s.retryAfter()
+	return huma.ErrorWithHeaders(huma.NewError(http.StatusTooManyRequests, fmt.Sprintf(
+		"you have %d operations pending or running, as many as api.maxOperationsPerUser allows: submit more once some have finished (or cancel some)", n)),
+		http.Header{"Retry-After": {strconv.Itoa(retry)}})
+}
+
 // accepted answers a submitted operation.
 func (s *opsAPI) accepted(ctx context.Context, id string) (*acceptedOutput, error) {
 	op, err := s.svc.Get(ctx, id)
@@ -246,4 +276,158 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// staleUpload is how long an upload's staged file may go unchanged and
+// without an operation before it is taken for one that a crash cut short.
+// An upload that is still arriving writes to it all the time (one that
+// stops is cut off after receive.bodyIdleTimeout), and one that has just
+// been staged gets its operation a moment later; on a data directory that
+// other nodes share, either may be another node's.
+const staleUpload = time.Hour
+
+// removeLeftovers removes, at start, what a server killed in the middle
+// of an operation (kill -9, a power cut) left under exports/ and imports/
+// that no run will remove: a run removes the partial file of its own
+// earlier run, but an operation cancelled or deleted before it ran again
+// never does, nor does the staged zip of an upload whose operation was
+// never recorded, or the zip of an export deleted just before the crash.
+// Kept: every file of a PENDING or RUNNING operation (its run needs it or
+// cleans it up), a SUCCEEDED export's zip, and a recent upload.
+func (s *opsAPI) removeLeftovers() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	removed := 0
+	for _, dir := range []string{s.exportDir(), s.importDir()} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			s.Log.Warn("look for files left by interrupted operations", "dir", dir, "err", err)
+			continue
+		}
+		for _, e := range entries {
+			id, _, ok := strings.Cut(e.Name(), ".zip")
+			if !ok || !e.Type().IsRegular() {
+				continue // not an operation's file
+			}
+			keep, err := s.wantedFile(ctx, dir, id, e)
+			if err != nil {
+				s.Log.Warn("look for files left by interrupted operations", "file", e.Name(), "err", err)
+				continue
+			}
+			if keep {
+				continue
+			}
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+				s.Log.Warn("remove a file left by an interrupted operation", "file", e.Name(), "err", err)
+				continue
+			}
+			removed++
+			s.Log.Info("removed a file left by an interrupted operation", "dir", filepath.Base(dir), "file", e.Name())
+		}
+	}
+	if removed > 0 {
+		s.Log.Info("removed files left by interrupted operations", "files", removed)
+	}
+}
+
+// wantedFile tells whether a file under exports/ or imports/ of the
+// operation id is still of use.
+func (s *opsAPI) wantedFile(ctx context.Context, dir, id string, e os.DirEntry) (bool, error) {
+	op, err := s.svc.Get(ctx, id)
+	switch {
+	case errors.Is(err, meta.ErrNotFound):
+		if dir != s.importDir() {
+			return false, nil // an export's files exist only while its operation does
+		}
+		info, err := e.Info()
+		if err != nil {
+			return false, err
+		}
+		return time.Since(info.ModTime()) < staleUpload, nil
+	case err != nil:
+		return false, err
+	}
+	switch op.State {
+	case meta.OpPending, meta.OpRunning:
+		return true, nil
+	}
+	return dir == s.exportDir() && e.Name() == id+".zip" && op.Kind == kindExport && op.State == meta.OpSucceeded, nil
+}
+
+// removeFinished removes a finished operation and what it left on disk.
+func (s *opsAPI) removeFinished(ctx context.Context, op meta.Operation) error {
+	if err := s.Repo.DeleteOperation(ctx, op.ID); err != nil {
+		return err
+	}
+	for _, f := range []string{s.exportFile(op.ID), s.importFile(op.ID)} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.Log.Warn("remove operation file", "operation", op.ID, "file", f, "err", err)
+		}
+	}
+	return nil
+}
+
+// startExpiry removes finished exports, their operations and zips,
+// api.exportRetention after they finished, now and then while the server
+// runs: each export is a copy of the data it selected, and without an end
+// they would fill the data volume. It returns what stops it (nil when
+// exports are kept until deleted).
+func (s *opsAPI) startExpiry() func() {
+	keep := s.Config.API.ExportRetention.D()
+	if keep <= 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(min(keep/4, time.Hour))
+		defer t.Stop()
+		for {
+			s.expireExports(ctx, keep)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// expireExports removes the exports that finished more than keep ago. On
+// a cluster every node does; one that finds an export already removed
+// passes over it.
+func (s *opsAPI) expireExports(ctx context.Context, keep time.Duration) {
+	const page = 1000
+	removed := 0
+	for ctx.Err() == nil {
+		list, err := s.svc.List(ctx, meta.OperationFilter{Kind: kindExport,
+			FinishedBefore: time.Now().Add(-keep).UnixMilli(), Limit: page})
+		if err != nil {
+			if ctx.Err() == nil {
+				s.Log.Warn("list expired exports", "err", err)
+			}
+			break
+		}
+		gone := 0
+		for _, op := range list {
+			switch err := s.removeFinished(ctx, op); {
+			case err == nil:
+				removed++
+				gone++
+			case errors.Is(err, meta.ErrNotFound):
+			default:
+				if ctx.Err() == nil {
+					s.Log.Warn("remove expired export", "operation", op.ID, "err", err)
+				}
+			}
+		}
+		if len(list) < page || gone == 0 {
+			break
+		}
+	}
+	if removed > 0 {
+		s.Log.Info("removed expired exports", "exports", removed, "exportRetention", keep.String())
+	}
 }

@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/attr"
+	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/operations"
 	"github.com/weirhq/weir/internal/store"
@@ -73,13 +76,18 @@ func (s *opsAPI) registerExports() {
 			"its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates " +
 			"the same data, context and attributes, each part in the feed and type its meta entry names. " +
 			"Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds " +
-			"on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.",
+			"on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped. " +
+			"429 with Retry-After when the caller has api.maxOperationsPerUser operations pending or running.",
 		DefaultStatus: http.StatusAccepted,
+		Errors:        []int{http.StatusTooManyRequests},
 	}), func(ctx context.Context, in *exportInput) (*acceptedOutput, error) {
 		if err := require(ctx, access.DataExport); err != nil {
 			return nil, err
 		}
 		p := caller(ctx)
+		if err := s.underQuota(ctx, p.User.Name); err != nil {
+			return nil, err
+		}
 		req := exportRequest{Feed: in.Body.Feed, IDs: in.Body.IDs}
 		req.AllFeeds, req.Feeds = p.Feeds(access.View)
 		id, err := s.svc.Submit(ctx, kindExport, p.User.Name, req)
@@ -94,7 +102,8 @@ func (s *opsAPI) registerExports() {
 		Summary: "Download an export",
 		Description: "The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export " +
 			"and VIEW on every feed whose streams it holds (403 otherwise), " +
-			"and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests.",
+			"and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests. " +
+			"A finished export is removed, operation and zip, api.exportRetention (7 days by default) after it finished.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict},
 		Responses: map[string]*huma.Response{"200": {Description: "The zip",
 			Content: binaryContent("application/zip")}},
@@ -207,7 +216,8 @@ func (s *opsAPI) runExport(ctx context.Context, run *operations.Run) (any, error
 			_ = os.Remove(tmp.Name())
 		}
 	}()
-	bw := bufio.NewWriterSize(tmp, 256<<10)
+	guard := &spaceGuard{w: tmp, dir: s.exportDir(), min: int64(s.Config.API.ExportMinFreeSpace)}
+	bw := bufio.NewWriterSize(guard, 256<<10)
 	zw := stroomzip.NewWriter(bw)
 	streams := 0
 	feeds := map[string]bool{}
@@ -457,9 +467,63 @@ func (s *opsAPI) opError(ctx context.Context, run *operations.Run, what string, 
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	var low *lowSpaceError
+	if errors.As(err, &low) {
+		s.Log.Warn("operation failed", "operation", run.Op.ID, "kind", run.Op.Kind, "step", what, "err", err)
+		return fmt.Errorf("%s: %w", what, low)
+	}
 	s.Log.Error("operation failed", "operation", run.Op.ID, "kind", run.Op.Kind, "step", what, "err", err)
 	if store.IsNoSpace(err) {
 		return fmt.Errorf("%s: the disk is full", what)
 	}
 	return fmt.Errorf("%s: failed; the server log has the details", what)
+}
+
+// spaceCheckEvery is how many bytes an export writes between two looks at
+// the free space: it may go this much (and a buffer) below its minimum.
+const spaceCheckEvery = 16 << 20
+
+// spaceGuard writes an export's file until the data volume's free space
+// would go below min (api.exportMinFreeSpace): exports share the volume
+// with the streams, and one large export (or several) must not fill the
+// disk that posts are received on.
+type spaceGuard struct {
+	w     io.Writer
+	dir   string
+	min   int64
+	since int64 // bytes written since the last look; the first write looks
+	began bool
+}
+
+func (g *spaceGuard) Write(p []byte) (int, error) {
+	if g.min > 0 && (!g.began || g.since+int64(len(p)) > spaceCheckEvery) {
+		free, err := freeSpace(g.dir)
+		if err != nil {
+			return 0, fmt.Errorf("look at the free space: %w", err)
+		}
+		if free-int64(len(p)) < g.min {
+			return 0, &lowSpaceError{free: free, min: g.min}
+		}
+		g.began, g.since = true, 0
+	}
+	n, err := g.w.Write(p)
+	g.since += int64(n)
+	return n, err
+}
+
+// lowSpaceError is an export stopped by its free space minimum.
+type lowSpaceError struct{ free, min int64 }
+
+func (e *lowSpaceError) Error() string {
+	return fmt.Sprintf("the disk is nearly full: the data volume has %.1f MiB free and exports leave at least "+
+		"api.exportMinFreeSpace (%s) for the data received", float64(e.free)/(1<<20), config.ByteSize(e.min))
+}
+
+// freeSpace is the space on dir's volume available to this process.
+func freeSpace(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(min(st.Bavail*uint64(st.Bsize), math.MaxInt64)), nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -18,6 +19,7 @@ import (
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/operations"
 	"github.com/weirhq/weir/internal/receive"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // importer stores imported zips the way /datafeed stores zip posts, with
@@ -74,13 +76,18 @@ func (s *opsAPI) registerImports() {
 			"with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with " +
 			"`Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt " +
 			"checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for " +
-			"fails the operation, with the message the post would get. Needs Data - Import.",
+			"fails the operation, with the message the post would get. A full disk is 503 with Retry-After, as for a post; 429 with Retry-After when the caller " +
+			"has api.maxOperationsPerUser operations pending or running. " +
+			"Needs Data - Import.",
 		DefaultStatus: http.StatusAccepted,
-		Errors:        []int{http.StatusBadRequest, http.StatusRequestEntityTooLarge},
+		Errors:        []int{http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusTooManyRequests},
 		RequestBody: &huma.RequestBody{Required: true, Description: "The zip",
 			Content: binaryContent("application/zip")},
 	}), func(ctx context.Context, in *importInput) (*acceptedOutput, error) {
 		if err := require(ctx, access.DataImport); err != nil {
+			return nil, err
+		}
+		if err := s.underQuota(ctx, caller(ctx).User.Name); err != nil {
 			return nil, err
 		}
 		if limit > 0 && in.r.ContentLength > limit {
@@ -116,7 +123,7 @@ func tooLarge(limit int64) error {
 func (s *opsAPI) stageImport(in *importInput, id string, limit int64) (int64, error) {
 	tmp, err := os.CreateTemp(s.importDir(), id+".zip.*.partial")
 	if err != nil {
-		return 0, s.internal("stage import", err)
+		return 0, s.stageFailed(err)
 	}
 	staged := false
 	defer func() {
@@ -137,24 +144,38 @@ func (s *opsAPI) stageImport(in *importInput, id string, limit int64) (int64, er
 	case err != nil && body.err != nil:
 		return 0, huma.Error400BadRequest("reading the zip failed: " + err.Error())
 	case err != nil:
-		return 0, s.internal("stage import", err)
+		return 0, s.stageFailed(err)
 	case n == 0:
 		return 0, huma.Error400BadRequest("the request body is empty: send the zip as the body")
 	}
 	if err := tmp.Sync(); err != nil {
-		return 0, s.internal("stage import", err)
+		return 0, s.stageFailed(err)
 	}
 	if err := tmp.Close(); err != nil {
-		return 0, s.internal("stage import", err)
+		return 0, s.stageFailed(err)
 	}
 	if err := os.Rename(tmp.Name(), s.importFile(id)); err != nil {
-		return 0, s.internal("stage import", err)
+		return 0, s.stageFailed(err)
 	}
 	staged = true
 	if err := syncDir(s.importDir()); err != nil {
-		return 0, s.internal("stage import", err)
+		return 0, s.stageFailed(err)
 	}
 	return n, nil
+}
+
+// stageFailed answers an upload that could not be staged: on a full disk
+// as a post to /datafeed is answered then, 503 with Retry-After and the
+// reason (the sender can retry once space is freed), else 500.
+func (s *opsAPI) stageFailed(err error) error {
+	if !store.IsNoSpace(err) {
+		return s.internal("stage import", err)
+	}
+	s.Log.Warn("stage import: the disk is full", "err", err)
+	retry := s.retryAfter()
+	return huma.ErrorWithHeaders(
+		huma.Error503ServiceUnavailable(fmt.Sprintf("the disk is full: the zip cannot be staged; retry after %d s", retry)),
+		http.Header{"Retry-After": {strconv.Itoa(retry)}})
 }
 
 // idleReader gives up on a client that stops sending, as the datafeed

@@ -2330,7 +2330,7 @@ type ClientInterface interface {
 
 	// ExportStreamsWithBody Export streams as a zip
 	//
-	// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
+	// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped. 429 with Retry-After when the caller has api.maxOperationsPerUser operations pending or running.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2339,7 +2339,7 @@ type ClientInterface interface {
 
 	// ExportStreams Export streams as a zip
 	//
-	// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
+	// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped. 429 with Retry-After when the caller has api.maxOperationsPerUser operations pending or running.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2510,7 +2510,7 @@ type ClientInterface interface {
 
 	// ImportStreamsWithBody Import a zip of streams
 	//
-	// Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. Needs Data - Import.
+	// Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. A full disk is 503 with Retry-After, as for a post; 429 with Retry-After when the caller has api.maxOperationsPerUser operations pending or running. Needs Data - Import.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2554,7 +2554,7 @@ type ClientInterface interface {
 
 	// DownloadExport Download an export
 	//
-	// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export and VIEW on every feed whose streams it holds (403 otherwise), and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests.
+	// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export and VIEW on every feed whose streams it holds (403 otherwise), and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests. A finished export is removed, operation and zip, api.exportRetention (7 days by default) after it finished.
 	//
 	// Corresponds with GET /operations/{id}/download (the `DownloadExport` operationId).
 	DownloadExport(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3047,7 +3047,7 @@ func (c *Client) RevokeDatafeedKey(ctx context.Context, id int64, reqEditors ...
 
 // ExportStreamsWithBody Export streams as a zip
 //
-// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
+// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped. 429 with Retry-After when the caller has api.maxOperationsPerUser operations pending or running.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3066,7 +3066,7 @@ func (c *Client) ExportStreamsWithBody(ctx context.Context, contentType string, 
 
 // ExportStreams Export streams as a zip
 //
-// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
+// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped. 429 with Retry-After when the caller has api.maxOperationsPerUser operations pending or running.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3427,7 +3427,7 @@ func (c *Client) GetHealthz(ctx context.Context, reqEditors ...RequestEditorFn) 
 
 // ImportStreamsWithBody Import a zip of streams
 //
-// Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. Needs Data - Import.
+// Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. A full disk is 503 with Retry-After, as for a post; 429 with Retry-After when the caller has api.maxOperationsPerUser operations pending or running. Needs Data - Import.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3531,7 +3531,7 @@ func (c *Client) GetOperation(ctx context.Context, id string, reqEditors ...Requ
 
 // DownloadExport Download an export
 //
-// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export and VIEW on every feed whose streams it holds (403 otherwise), and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests.
+// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export and VIEW on every feed whose streams it holds (403 otherwise), and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests. A finished export is removed, operation and zip, api.exportRetention (7 days by default) after it finished.
 //
 // Corresponds with GET /operations/{id}/download (the `DownloadExport` operationId).
 func (c *Client) DownloadExport(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6942,7 +6942,7 @@ type ClientWithResponsesInterface interface {
 
 	// ExportStreamsWithBodyWithResponse Export streams as a zip
 	//
-	// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
+	// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped. 429 with Retry-After when the caller has api.maxOperationsPerUser operations pending or running.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6951,7 +6951,7 @@ type ClientWithResponsesInterface interface {
 
 	// ExportStreamsWithResponse Export streams as a zip
 	//
-	// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
+	// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped. 429 with Retry-After when the caller has api.maxOperationsPerUser operations pending or running.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7134,7 +7134,7 @@ type ClientWithResponsesInterface interface {
 
 	// ImportStreamsWithBodyWithResponse Import a zip of streams
 	//
-	// Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. Needs Data - Import.
+	// Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. A full disk is 503 with Retry-After, as for a post; 429 with Retry-After when the caller has api.maxOperationsPerUser operations pending or running. Needs Data - Import.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7188,7 +7188,7 @@ type ClientWithResponsesInterface interface {
 
 	// DownloadExportWithResponse Download an export
 	//
-	// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export and VIEW on every feed whose streams it holds (403 otherwise), and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests.
+	// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export and VIEW on every feed whose streams it holds (403 otherwise), and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests. A finished export is removed, operation and zip, api.exportRetention (7 days by default) after it finished.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8451,6 +8451,8 @@ type ExportStreamsResponse struct {
 	ApplicationproblemJSON415 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
 	ApplicationproblemJSON431 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -8496,6 +8498,11 @@ func (r ExportStreamsResponse) GetApplicationproblemJSON415() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r ExportStreamsResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ExportStreamsResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
@@ -9771,6 +9778,8 @@ type ImportStreamsResponse struct {
 	ApplicationproblemJSON403 *ErrorModel
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
 	ApplicationproblemJSON431 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -9806,6 +9815,11 @@ func (r ImportStreamsResponse) GetApplicationproblemJSON403() *ErrorModel {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r ImportStreamsResponse) GetApplicationproblemJSON413() *ErrorModel {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ImportStreamsResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
@@ -12907,7 +12921,7 @@ func (c *ClientWithResponses) RevokeDatafeedKeyWithResponse(ctx context.Context,
 
 // ExportStreamsWithBodyWithResponse Export streams as a zip
 //
-// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
+// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped. 429 with Retry-After when the caller has api.maxOperationsPerUser operations pending or running.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -12922,7 +12936,7 @@ func (c *ClientWithResponses) ExportStreamsWithBodyWithResponse(ctx context.Cont
 
 // ExportStreamsWithResponse Export streams as a zip
 //
-// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped.
+// Starts writing the selected streams to a zip in the Stroom zip format (one group of entries per part: 0000000001.meta, .ctx when present, .dat) and answers 202 with the operation to poll. Once it has SUCCEEDED its owner (or an Administrator) downloads the zip from the download link; posted back to /datafeed with `Compression: ZIP` it recreates the same data, context and attributes, each part in the feed and type its meta entry names. Needs Data - Export. The selection (feed and ids both narrow it; neither selects everything) is narrowed to the feeds on which the caller holds VIEW, so it can be empty: the result counts what was exported and skipped. 429 with Retry-After when the caller has api.maxOperationsPerUser operations pending or running.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13219,7 +13233,7 @@ func (c *ClientWithResponses) GetHealthzWithResponse(ctx context.Context, reqEdi
 
 // ImportStreamsWithBodyWithResponse Import a zip of streams
 //
-// Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. Needs Data - Import.
+// Takes a zip in the Stroom zip format as the request body (at most receive.maxRequestSize) and answers 202 with the operation to poll. The operation stores the zip exactly as a post of it to /datafeed with `Compression: ZIP` would be stored: each part goes to the feed its meta entry names, through the same receipt checks, with the caller recorded as UploadUserId and UploadUsername. A zip that such a post would be refused for fails the operation, with the message the post would get. A full disk is 503 with Retry-After, as for a post; 429 with Retry-After when the caller has api.maxOperationsPerUser operations pending or running. Needs Data - Import.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13309,7 +13323,7 @@ func (c *ClientWithResponses) GetOperationWithResponse(ctx context.Context, id s
 
 // DownloadExportWithResponse Download an export
 //
-// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export and VIEW on every feed whose streams it holds (403 otherwise), and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests.
+// The zip an export operation wrote, once it has SUCCEEDED: to its owner, who must still hold Data - Export and VIEW on every feed whose streams it holds (403 otherwise), and to Administrators (an operation is its owner's and administrators'; anyone else gets 404). Supports Range requests. A finished export is removed, operation and zip, api.exportRetention (7 days by default) after it finished.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -15027,6 +15041,13 @@ func ParseExportStreamsResponse(rsp *http.Response) (*ExportStreamsResponse, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -16222,6 +16243,13 @@ func ParseImportStreamsResponse(rsp *http.Response) (*ImportStreamsResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
 		var dest ErrorModel

@@ -15,7 +15,10 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/app/apptest"
@@ -681,5 +684,524 @@ func TestAPIDownloadOfDamagedStream(t *testing.T) {
 	}
 	if !strings.Contains(s.Logs.String(), "ended early") {
 		t.Errorf("no log line says a download ended early")
+	}
+}
+
+// TestAPIOperationFilesLeftByACrash: a server killed (kill -9, a power
+// cut) in the middle of an export or an upload leaves files under
+// exports/ and imports/ that no run will ever remove: the partial zip of an
+// export that was then cancelled or deleted before anything re-ran it,
+// the staged zip of an import that has finished, an upload cut short
+// before its operation was recorded, an export's zip whose operation was
+// deleted just before the crash. The next start removes them, and keeps
+// what is still wanted: a finished export's zip, a pending import's zip,
+// an upload that may still be arriving (on a data directory shared with
+// other nodes).
+func TestAPIOperationFilesLeftByACrash(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, nil)
+	s.CreateFeed("FEED-A", "", "")
+	post(t, s, []byte("alpha\n"), "Feed", "FEED-A").ok(t)
+	admin := user(t, s, "opsadmin", []string{access.Administrator}, nil)
+	exportLoc := accepted(t, admin.do("POST", "/exports", `{}`), "export")
+	succeeded(t, admin, exportLoc, &exportResult{})
+	failedLoc := accepted(t, admin.raw("POST", "/imports", []byte("not a zip at all"), "application/zip"), "import")
+	if op := poll(t, admin, failedLoc); op.State != "FAILED" {
+		t.Fatalf("import of garbage: %+v", op)
+	}
+	exportID, failedID := filepath.Base(exportLoc), filepath.Base(failedLoc)
+	s.Stop()
+
+	exports, imports := filepath.Join(s.Cfg.Data, "exports"), filepath.Join(s.Cfg.Data, "imports")
+	old := time.Now().Add(-2 * time.Hour)
+	plant := func(path string, mtime time.Time) string {
+		t.Helper()
+		if err := os.WriteFile(path, []byte("left by a crash"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	gone := []string{
+		plant(filepath.Join(exports, failedID+".zip.123.partial"), time.Now()), // its operation is final
+		plant(filepath.Join(exports, "0d0e3c1a-1111-4222-8333-444455556666.zip.7.partial"), old),
+		plant(filepath.Join(exports, "0d0e3c1a-1111-4222-8333-444455556666.zip"), old), // no such operation
+		plant(filepath.Join(imports, failedID+".zip"), time.Now()),                     // its operation is final
+		plant(filepath.Join(imports, "1d0e3c1a-1111-4222-8333-444455556666.zip.9.partial"), old),
+		plant(filepath.Join(imports, "2d0e3c1a-1111-4222-8333-444455556666.zip"), old),
+	}
+	kept := []string{
+		filepath.Join(exports, exportID+".zip"),
+		plant(filepath.Join(imports, "3d0e3c1a-1111-4222-8333-444455556666.zip.9.partial"), time.Now()),
+		plant(filepath.Join(imports, "4d0e3c1a-1111-4222-8333-444455556666.zip"), time.Now()),
+	}
+
+	s = s.Restart()
+	for _, f := range gone {
+		if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after a restart: %v", filepath.Base(f), err)
+		}
+	}
+	for _, f := range kept {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("%s removed: %v", filepath.Base(f), err)
+		}
+	}
+	admin.url = s.URL + "/api"
+	if dl := admin.raw("GET", exportLoc+"/download", nil, ""); dl.status != 200 {
+		t.Fatalf("download after restart: %d %s", dl.status, dl.body)
+	}
+}
+
+// TestAPIExportLeavesFreeSpace: exports share the data volume with the
+// streams, so an export stops (FAILED, saying why, its partial zip
+// removed) rather than take the free space below api.exportMinFreeSpace,
+// and posts are received as before. Here the minimum is more than any
+// disk has, as if the disk were nearly full.
+func TestAPIExportLeavesFreeSpace(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, func(c *config.Config) { c.API.ExportMinFreeSpace = 1 << 60 })
+	s.CreateFeed("FEED-A", "", "")
+	post(t, s, []byte("alpha\n"), "Feed", "FEED-A").ok(t)
+	exporter := user(t, s, "exporter", []string{access.DataExport}, map[string]access.Level{"FEED-A": access.View})
+	loc := accepted(t, exporter.do("POST", "/exports", `{}`), "export")
+	op := poll(t, exporter, loc)
+	if op.State != "FAILED" || !strings.Contains(op.Error, "the disk is nearly full") ||
+		!strings.Contains(op.Error, "api.exportMinFreeSpace (1048576TiB)") {
+		t.Fatalf("export on a nearly full disk: %+v", op)
+	}
+	exporter.raw("GET", loc+"/download", nil, "").want(t, "download of a failed export", 409, nil)
+	if entries, err := os.ReadDir(filepath.Join(s.Cfg.Data, "exports")); err != nil || len(entries) != 0 {
+		t.Fatalf("files left by the failed export: %v %v", entries, err)
+	}
+	post(t, s, []byte("beta\n"), "Feed", "FEED-A").ok(t)
+}
+
+// smallDataVolume mounts a tmpfs of size bytes as a fresh directory, for a
+// server to fill; it skips the test where mounting is not allowed (not
+// root). The mount is undone after the server stops.
+func smallDataVolume(t *testing.T, size int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+		t.Skipf("cannot mount a small volume to fill: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// TestAPIOperationsOnAFullDisk: on a data volume that fills up, an upload
+// to /imports is answered as a post to /datafeed would be, 503 with
+// Retry-After and the reason (not a 500 that says nothing), and leaves
+// nothing staged; an export that fills the volume fails saying so and
+// removes its partial zip, so the space is there again.
+func TestAPIOperationsOnAFullDisk(t *testing.T) {
+	t.Parallel()
+	data := smallDataVolume(t, 48<<20)
+	s := apptest.Start(t, func(c *config.Config) {
+		c.Data = data
+		c.API.ExportMinFreeSpace = 0
+	})
+	s.CreateFeed("FEED-A", "", "")
+	admin := user(t, s, "opsadmin", []string{access.Administrator}, nil)
+
+	big := make([]byte, 64<<20)
+	r := admin.raw("POST", "/imports", big, "application/zip")
+	if r.status != 503 || r.header.Get("Retry-After") == "" || !strings.Contains(string(r.body), "disk") {
+		t.Fatalf("import larger than the free space: %d %v %s", r.status, r.header, r.body)
+	}
+	if entries, err := os.ReadDir(filepath.Join(data, "imports")); err != nil || len(entries) != 0 {
+		t.Fatalf("staged files left: %v %v", entries, err)
+	}
+
+	// Incompressible data, stored in several posts, exported in one zip
+	// that does not fit next to them.
+	rng := rand.New(rand.NewPCG(5, 6))
+	chunk := make([]byte, 4<<20)
+	for range 6 {
+		for i := range chunk {
+			chunk[i] = byte(rng.IntN(256))
+		}
+		post(t, s, chunk, "Feed", "FEED-A").ok(t)
+	}
+	loc := accepted(t, admin.do("POST", "/exports", `{}`), "export")
+	op := poll(t, admin, loc)
+	if op.State != "FAILED" || !strings.Contains(op.Error, "the disk is full") {
+		t.Fatalf("export larger than the free space: %+v", op)
+	}
+	if entries, err := os.ReadDir(filepath.Join(data, "exports")); err != nil || len(entries) != 0 {
+		t.Fatalf("files left by the failed export: %v %v", entries, err)
+	}
+	post(t, s, []byte("still received\n"), "Feed", "FEED-A").ok(t)
+}
+
+// TestAPIExportRetention: a finished export, its operation and its zip,
+// is removed api.exportRetention after it finished, so that exports do not
+// pile up on the data volume; a running export is not touched.
+func TestAPIExportRetention(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, func(c *config.Config) { c.API.ExportRetention = config.Duration(time.Second) })
+	s.CreateFeed("FEED-A", "", "")
+	post(t, s, []byte("alpha\n"), "Feed", "FEED-A").ok(t)
+	exporter := user(t, s, "exporter", []string{access.DataExport}, map[string]access.Level{"FEED-A": access.View})
+	loc := accepted(t, exporter.do("POST", "/exports", `{}`), "export")
+	succeeded(t, exporter, loc, &exportResult{})
+	exporter.raw("GET", loc+"/download", nil, "").want(t, "download at once", 200, nil)
+	file := filepath.Join(s.Cfg.Data, "exports", filepath.Base(loc)+".zip")
+	apptest.WaitFor(t, "the export to expire", func() bool {
+		_, err := os.Stat(file)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	exporter.do("GET", loc, "").want(t, "expired export", 404, nil)
+	exporter.raw("GET", loc+"/download", nil, "").want(t, "download of an expired export", 404, nil)
+}
+
+// TestAPIImportHostile: zips built to hurt, uploaded to /imports, fail
+// their operation with the reason (as a post of them would be refused),
+// store nothing and leave nothing staged; the server imports a good zip
+// afterwards.
+func TestAPIImportHostile(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, func(c *config.Config) {
+		c.Receive.MaxRequestSize = 32 << 20
+		c.Receive.MaxZipEntries = 1000
+	})
+	s.CreateFeed("FEED-A", "", "")
+	s.CreateFeed("FEED-R", "REJECT", "")
+	imp := user(t, s, "importer", []string{access.DataImport}, nil)
+	good := zipOf(t, "1.meta", "Feed:FEED-A\n", "1.dat", "good\n")
+	noDirectory := good[:bytes.LastIndex(good, []byte("PK\x01\x02"))]
+	noDirectory = noDirectory[:bytes.Index(good, []byte("PK\x01\x02"))]
+	random := make([]byte, 4096)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range random {
+		random[i] = byte(rng.IntN(256))
+	}
+	for _, tc := range []struct {
+		what string
+		body []byte
+		want string
+	}{
+		{"a bomb: 100 entries of 1 MiB of zeros each", zipOfBombs(t, 100), ""},
+		{"a bomb with a feed", append([]byte(nil), zipWithMetaAndBomb(t)...), "Maximum request size exceeded"},
+		{"more entries than maxZipEntries", zipOfEntries(t, 3000), "more than receive.maxZipEntries"},
+		{"truncated", good[:len(good)/2], "not a valid zip"},
+		{"without a central directory", noDirectory, "not a valid zip"},
+		{"random bytes", random, "not a valid zip"},
+		{"an absolute name", zipOf(t, "/etc/1.meta", "Feed:FEED-A\n", "/etc/1.dat", "x"), "absolute names are not allowed"},
+		{"a part for a REJECT feed", zipOf(t, "1.meta", "Feed:FEED-A\n", "1.dat", "x", "2.meta", "Feed:FEED-R\n", "2.dat", "y"), "Feed is not set to receive data"},
+		{"a parent name", zipOf(t, "a/../../1.meta", "Feed:FEED-A\n", "a/../../1.dat", "x"), "escapes the archive root"},
+	} {
+		loc := accepted(t, imp.raw("POST", "/imports", tc.body, "application/zip"), tc.what)
+		op := poll(t, imp, loc)
+		if op.State != "FAILED" || !strings.Contains(op.Error, tc.want) {
+			t.Errorf("%s: %s %q", tc.what, op.State, op.Error)
+		}
+		t.Logf("%s: %s", tc.what, op.Error)
+	}
+	if n := len(s.Streams()); n != 0 {
+		t.Fatalf("%d streams stored by failed imports", n)
+	}
+	if entries, err := os.ReadDir(filepath.Join(s.Cfg.Data, "imports")); err != nil || len(entries) != 0 {
+		t.Fatalf("staged files left: %v %v", entries, err)
+	}
+	succeeded(t, imp, accepted(t, imp.raw("POST", "/imports", good, "application/zip"), "good"), &importResult{})
+}
+
+// zipWithMetaAndBomb is a zip of one part of FEED-A whose data entry
+// inflates from a few KiB to 64 MiB of zeros.
+func zipWithMetaAndBomb(t *testing.T) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	zw := zip.NewWriter(&b)
+	w, err := zw.Create("1.meta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprint(w, "Feed:FEED-A\n")
+	seg := newDeflateZeros(64).bytes()
+	w, err = zw.CreateRaw(&zip.FileHeader{Name: "1.dat", Method: zip.Deflate,
+		CompressedSize64: uint64(len(seg)), UncompressedSize64: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = w.Write(seg)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestAPIExportImportToAnotherServer: an export imported into another weir
+// recreates every part byte for byte, context included, with the same
+// attributes, also those that came as bytes that are not UTF-8 (Latin-1
+// from an old sender, a zip's meta entry with raw bytes), which receipt
+// reads as U+FFFD (README) and the round trip keeps as stored.
+func TestAPIExportImportToAnotherServer(t *testing.T) {
+	t.Parallel()
+	a, b := apptest.Start(t, nil), apptest.Start(t, nil)
+	for _, s := range []*apptest.Server{a, b} {
+		s.CreateFeed("FEED-A", "", "")
+		s.CreateFeed("FEED-B", "", "")
+	}
+	binary := make([]byte, 700<<10)
+	rng := rand.New(rand.NewPCG(9, 10))
+	for i := range binary {
+		binary[i] = byte(rng.IntN(256))
+	}
+	post(t, a, []byte("plain\n"), "Feed", "FEED-A", "Cafe", "cr\xe8me", "System", "\xff\xfe").ok(t)
+	post(t, a, zipOf(t,
+		"1.meta", "Feed:FEED-A\nLatin:\xe9t\xe9\n",
+		"1.ctx", "ctx \x00\xff\n",
+		"1.dat", string(binary),
+		"2.meta", "Feed:FEED-B\nType:Raw Events\nRaw:\x80\x81\n",
+		"2.dat", "second\xff\n",
+		"3.meta", "Feed:FEED-A\n",
+		"3.dat", "",
+	), "Feed", "FEED-A", "Compression", "ZIP").ok(t)
+	orig := partsOfFeeds(t, a, "FEED-A", "FEED-B")
+
+	ea := user(t, a, "exporter", []string{access.DataExport}, map[string]access.Level{"FEED-A": access.View, "FEED-B": access.View})
+	loc := accepted(t, ea.do("POST", "/exports", `{}`), "export")
+	succeeded(t, ea, loc, &exportResult{})
+	dl := ea.raw("GET", loc+"/download", nil, "")
+	if dl.status != 200 {
+		t.Fatalf("download: %d %s", dl.status, dl.body)
+	}
+
+	ib := user(t, b, "importer", []string{access.DataImport}, nil)
+	var ir importResult
+	succeeded(t, ib, accepted(t, ib.raw("POST", "/imports", dl.body, "application/zip"), "import"), &ir)
+	got := partsOfFeeds(t, b, "FEED-A", "FEED-B")
+	sameParts(t, orig, got, ir.ReceiptID, nil, attrs{"UploadUserId": "importer", "UploadUsername": "Importer"})
+	for _, p := range got {
+		if v := p.meta.Value("Cafe"); p.feed == "FEED-A" && string(p.data) == "plain\n" && v != "cr\ufffdme" {
+			t.Errorf("Latin-1 attribute %q", v)
+		}
+	}
+}
+
+// TestAPIOperationsAcrossARestart: an export and an import that a graceful
+// stop interrupts leave no partial file, show RUNNING until their lease
+// lapses (30 s) and then run again from the start on the restarted
+// server: the export's zip and the import's streams are then exactly
+// what an uninterrupted run gives, the import's stored once.
+func TestAPIOperationsAcrossARestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for an operation lease to lapse")
+	}
+	t.Parallel()
+	s := apptest.Start(t, nil)
+	s.CreateFeed("FEED-A", "", "")
+	block := make([]byte, 1<<20)
+	rng := rand.New(rand.NewPCG(11, 12))
+	for i := range block {
+		block[i] = byte(rng.IntN(256))
+	}
+	const streams = 48
+	for i := range streams {
+		body, _ := io.ReadAll(&patternReader{block: block, n: 4 << 20, off: int64(i) * 4096})
+		post(t, s, body, "Feed", "FEED-A").ok(t)
+	}
+	admin := user(t, s, "opsadmin", []string{access.Administrator}, nil)
+	// A complete export first, to compare with and to import.
+	var whole exportResult
+	succeeded(t, admin, accepted(t, admin.do("POST", "/exports", `{}`), "export"), &whole)
+	want := admin.raw("GET", whole.Download[len("/api"):], nil, "")
+	if want.status != 200 {
+		t.Fatalf("download: %d", want.status)
+	}
+
+	importLoc := accepted(t, admin.raw("POST", "/imports", want.body, "application/zip"), "import")
+	exportLoc := accepted(t, admin.do("POST", "/exports", `{}`), "export")
+	// Stopped at once: the workers have just claimed them, and writing
+	// a zip of 192 MiB takes longer than that.
+	before, beforeImport := poll1(t, admin, exportLoc), poll1(t, admin, importLoc)
+	s.Stop()
+	for _, dir := range []string{"exports", "imports"} {
+		entries, _ := os.ReadDir(filepath.Join(s.Cfg.Data, dir))
+		for _, e := range entries {
+			if strings.HasSuffix(e.Name(), ".partial") {
+				t.Errorf("%s/%s left by the stop", dir, e.Name())
+			}
+		}
+	}
+	s = s.Restart()
+	admin.url = s.URL + "/api"
+	t.Logf("before the stop the export was %s, the import %s; after: %s, %s", before.State, beforeImport.State,
+		poll1(t, admin, exportLoc).State, poll1(t, admin, importLoc).State)
+	for _, loc := range []string{exportLoc, importLoc} {
+		if op := poll1(t, admin, loc); op.FinishTime != "" && op.State != "SUCCEEDED" {
+			t.Fatalf("after the restart: %+v", op)
+		}
+	}
+	for deadline := time.Now().Add(90 * time.Second); poll1(t, admin, exportLoc).FinishTime == "" ||
+		poll1(t, admin, importLoc).FinishTime == ""; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not finished after the restart: %+v %+v", poll1(t, admin, exportLoc), poll1(t, admin, importLoc))
+		}
+	}
+	var res exportResult
+	succeeded(t, admin, exportLoc, &res)
+	if got := admin.raw("GET", exportLoc+"/download", nil, ""); got.status != 200 || len(got.body) != len(want.body) ||
+		!slices.Equal(zipEntries(t, got.body), zipEntries(t, want.body)) {
+		t.Fatalf("export after restart: %d, %d bytes, want %d", got.status, len(got.body), len(want.body))
+	}
+	var ir importResult
+	succeeded(t, admin, importLoc, &ir)
+	n := 0
+	for _, st := range s.Streams() {
+		if st.ReceiptID == ir.ReceiptID {
+			n += st.Parts
+		}
+	}
+	if n != streams || ir.Parts != streams {
+		t.Fatalf("the import stored %d parts (result %d), want %d", n, ir.Parts, streams)
+	}
+}
+
+// poll1 reads an operation once.
+func poll1(t *testing.T, c apiClient, loc string) operation {
+	t.Helper()
+	var op operation
+	c.do("GET", loc, "").want(t, "get operation", 200, &op)
+	return op
+}
+
+// TestAPIManyOperationsAtOnce: many imports and exports submitted at once
+// by several users all finish, each import's parts stored once, each
+// export whole; nothing is left staged.
+func TestAPIManyOperationsAtOnce(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, nil)
+	s.CreateFeed("FEED-A", "", "")
+	const each = 12
+	users := []apiClient{
+		user(t, s, "one", []string{access.DataImport, access.DataExport}, map[string]access.Level{"FEED-A": access.View}),
+		user(t, s, "two", []string{access.DataImport, access.DataExport}, map[string]access.Level{"FEED-A": access.View}),
+	}
+	var wg sync.WaitGroup
+	locs := make(chan [2]string, 2*len(users)*each)
+	for ui, c := range users {
+		for i := range each {
+			wg.Go(func() {
+				body := zipOf(t, "1.meta", "Feed:FEED-A\n", "1.dat", fmt.Sprintf("user %d import %d\n", ui, i))
+				locs <- [2]string{c.key, accepted(t, c.raw("POST", "/imports", body, "application/zip"), "import")}
+				locs <- [2]string{c.key, accepted(t, c.do("POST", "/exports", `{}`), "export")}
+			})
+		}
+	}
+	wg.Wait()
+	close(locs)
+	for l := range locs {
+		c := users[0]
+		if l[0] != c.key {
+			c = users[1]
+		}
+		pollLong(t, "operation "+l[1], func() bool { return poll1(t, c, l[1]).FinishTime != "" })
+		if op := poll1(t, c, l[1]); op.State != "SUCCEEDED" {
+			t.Errorf("%s: %+v", l[1], op)
+		}
+	}
+	if n := len(s.Streams()); n != 2*each {
+		t.Fatalf("%d streams, want %d", n, 2*each)
+	}
+	if entries, err := os.ReadDir(filepath.Join(s.Cfg.Data, "imports")); err != nil || len(entries) != 0 {
+		t.Fatalf("staged files left: %v %v", entries, err)
+	}
+}
+
+// TestAPIOperationsPerUser: a user with api.maxOperationsPerUser exports
+// and imports pending or running gets 429 with Retry-After for another
+// (an upload is refused before it is staged); other users are not held
+// up, and once the user's operations have finished they may submit again.
+func TestAPIOperationsPerUser(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, func(c *config.Config) { c.API.MaxOperationsPerUser = 2 })
+	s.CreateFeed("FEED-A", "", "")
+	block := make([]byte, 1<<20)
+	rng := rand.New(rand.NewPCG(13, 14))
+	for i := range block {
+		block[i] = byte(rng.IntN(256))
+	}
+	for i := range 24 {
+		body, _ := io.ReadAll(&patternReader{block: block, n: 4 << 20, off: int64(i) * 4096})
+		post(t, s, body, "Feed", "FEED-A").ok(t)
+	}
+	perms := []string{access.DataExport, access.DataImport}
+	busy := user(t, s, "busy", perms, map[string]access.Level{"FEED-A": access.View})
+	other := user(t, s, "other", perms, map[string]access.Level{"FEED-A": access.View})
+	// Each export writes 96 MiB of data that does not compress: the
+	// third request comes long before the first two have finished.
+	first := accepted(t, busy.do("POST", "/exports", `{}`), "first export")
+	second := accepted(t, busy.do("POST", "/exports", `{}`), "second export")
+	r := busy.do("POST", "/exports", `{}`)
+	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" ||
+		!strings.Contains(string(r.body), "api.maxOperationsPerUser") {
+		t.Fatalf("third export: %d %v %s", r.status, r.header, r.body)
+	}
+	busy.raw("POST", "/imports", zipOf(t, "1.meta", "Feed:FEED-A\n", "1.dat", "x"), "application/zip").want(t, "import over the bound", 429, nil)
+	if entries, err := os.ReadDir(filepath.Join(s.Cfg.Data, "imports")); err != nil || len(entries) != 0 {
+		t.Fatalf("staged files: %v %v", entries, err)
+	}
+	accepted(t, other.do("POST", "/exports", `{"ids":[1]}`), "another user's export")
+	for _, loc := range []string{first, second} {
+		pollLong(t, "export "+loc, func() bool { return poll1(t, busy, loc).FinishTime != "" })
+	}
+	succeeded(t, busy, accepted(t, busy.do("POST", "/exports", `{"ids":[1]}`), "export after the first finished"), &exportResult{})
+}
+
+// TestAPICancelRunning: an export and an import cancelled while they run
+// end CANCELLED (not overwritten by an outcome), leave no partial or
+// staged file, and the import stores all of its zip or none of it.
+func TestAPICancelRunning(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, nil)
+	s.CreateFeed("FEED-A", "", "")
+	block := make([]byte, 1<<20)
+	rng := rand.New(rand.NewPCG(15, 16))
+	for i := range block {
+		block[i] = byte(rng.IntN(256))
+	}
+	for i := range 24 {
+		body, _ := io.ReadAll(&patternReader{block: block, n: 4 << 20, off: int64(i) * 4096})
+		post(t, s, body, "Feed", "FEED-A").ok(t)
+	}
+	admin := user(t, s, "opsadmin", []string{access.Administrator}, nil)
+	var whole exportResult
+	succeeded(t, admin, accepted(t, admin.do("POST", "/exports", `{}`), "export"), &whole)
+	zipBody := admin.raw("GET", whole.Download[len("/api"):], nil, "").body
+	nBefore := len(s.Streams())
+
+	exportLoc := accepted(t, admin.do("POST", "/exports", `{}`), "export")
+	var op operation
+	admin.do("DELETE", exportLoc, "").want(t, "cancel the export", 200, &op)
+	importLoc := accepted(t, admin.raw("POST", "/imports", zipBody, "application/zip"), "import")
+	admin.do("DELETE", importLoc, "").want(t, "cancel the import", 200, &op)
+	time.Sleep(2 * time.Second) // heartbeats: an outcome recorded late would show by now
+	for _, loc := range []string{exportLoc, importLoc} {
+		if op := poll1(t, admin, loc); op.State != "CANCELLED" {
+			t.Errorf("%s after cancel: %+v", loc, op)
+		}
+	}
+	for _, dir := range []string{"imports"} {
+		if entries, err := os.ReadDir(filepath.Join(s.Cfg.Data, dir)); err != nil || len(entries) != 0 {
+			t.Errorf("%s left: %v %v", dir, entries, err)
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(s.Cfg.Data, "exports"))
+	for _, e := range entries {
+		if e.Name() != filepath.Base(whole.Download[:len(whole.Download)-len("/download")])+".zip" {
+			t.Errorf("exports/%s left", e.Name())
+		}
+	}
+	if n := len(s.Streams()) - nBefore; n != 0 && n != 24 {
+		t.Errorf("the cancelled import stored %d of 24 streams", n)
 	}
 }

@@ -52,6 +52,18 @@ type API struct {
 	// so that slow readers cannot hold the slots every other call needs.
 	MaxConcurrentDownloads int      `yaml:"maxConcurrentDownloads"`
 	RetryAfter             Duration `yaml:"retryAfter"`
+	// ExportMinFreeSpace is the free space an export leaves on the data
+	// volume: an export that would go below it fails, so that a large
+	// export cannot fill the disk that posts are stored on.
+	ExportMinFreeSpace ByteSize `yaml:"exportMinFreeSpace"`
+	// ExportRetention is how long a finished export (its operation and
+	// zip) is kept; 0 keeps them until they are deleted.
+	ExportRetention Duration `yaml:"exportRetention"`
+	// MaxOperationsPerUser bounds the exports and imports one user may
+	// have PENDING or RUNNING: one user's queue must not hold up everyone
+	// else's operations, nor fill the database and the disk (staged
+	// uploads). 0: no bound.
+	MaxOperationsPerUser int `yaml:"maxOperationsPerUser"`
 }
 
 // TLS makes weir serve HTTPS, optionally with client certificates (mutual TLS).
@@ -224,7 +236,8 @@ func Default() Config {
 		},
 		Store: Store{BlockSize: 256 << 10, PackMaxSize: 256 << 10, Compression: "s2", DeletePurgeAge: Duration(7 * 24 * time.Hour)},
 		TLS:   TLS{ClientAuth: "request"},
-		API:   API{MaxConcurrentRequests: 64, MaxConcurrentDownloads: 64, RetryAfter: Duration(time.Second)},
+		API: API{MaxConcurrentRequests: 64, MaxConcurrentDownloads: 64, RetryAfter: Duration(time.Second), ExportMinFreeSpace: 1 << 30,
+			ExportRetention: Duration(7 * 24 * time.Hour), MaxOperationsPerUser: 100},
 		Security: Security{
 			OIDC:    OIDC{UniqueIdentityClaim: "sub", UsernameClaim: "preferred_username"},
 			APIKeys: APIKeys{MaxExpiry: Duration(365 * 24 * time.Hour)},
@@ -361,6 +374,15 @@ func (c *Config) Validate() error {
 	}
 	if c.API.MaxConcurrentDownloads < 1 {
 		add("api.maxConcurrentDownloads: must be at least 1")
+	}
+	if c.API.ExportMinFreeSpace < 0 {
+		add("api.exportMinFreeSpace: must not be negative")
+	}
+	if c.API.ExportRetention < 0 {
+		add("api.exportRetention: must not be negative")
+	}
+	if c.API.MaxOperationsPerUser < 0 {
+		add("api.maxOperationsPerUser: must not be negative")
 	}
 	if c.Security.APIKeys.MaxExpiry <= 0 {
 		add("security.apiKeys.maxExpiry: must be positive")

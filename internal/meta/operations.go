@@ -124,7 +124,10 @@ type OperationFilter struct {
 	Owner string
 	Kind  string
 	State OpState
-	Limit int // 0: no limit
+	// FinishedBefore, when set, keeps only operations that reached their
+	// final state before it (Unix ms).
+	FinishedBefore int64
+	Limit          int // 0: no limit
 }
 
 // ListOperations returns the operations matching f, newest first.
@@ -143,6 +146,10 @@ func (r *Repo) ListOperations(ctx context.Context, f OperationFilter) ([]Operati
 	}
 	if f.State != "" {
 		add("state", string(f.State))
+	}
+	if f.FinishedBefore > 0 {
+		args = append(args, f.FinishedBefore)
+		where = append(where, "finish_ms > 0 AND finish_ms < $"+strconv.Itoa(len(args)))
 	}
 	q := `SELECT ` + operationColumns + ` FROM operations`
 	if len(where) > 0 {
