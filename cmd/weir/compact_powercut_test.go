@@ -96,9 +96,9 @@ func compactCrash(t *testing.T, disk *powerDisk) {
 
 	midway := 0
 	for cycle := 1; cycle <= compactCycles; cycle++ {
-		// Two packs of this cycle's posts (a restart closes the open one:
-		// only closed packs are compacted), then some of every cycle's
-		// live streams deleted, aged past deletePurgeAge.
+		// Two packs of this cycle's posts (a restart closes the open one),
+		// then some of every cycle's live streams deleted, aged past
+		// deletePurgeAge.
 		p.postMany(srv, compactPerPack)
 		if code := srv.terminate(); code != 0 {
 			t.Fatalf("weir serve exited with %d after SIGTERM", code)

@@ -42,13 +42,17 @@ func pgBig(seed uint64) []byte {
 }
 
 // pgAge sets the status time of streams to long ago, as if they had been
-// deleted then. The server may be running: SQLite waits for its writer.
+// deleted then, in one statement: a purge run sees all of them aged or
+// none. The server may be running: SQLite waits for its writer.
 func pgAge(t *testing.T, cfg config.Config, ids ...int64) {
 	t.Helper()
-	for _, id := range ids {
-		execDB(t, cfg, `UPDATE streams SET status_ms = $1 WHERE id = $2 AND status = 'DELETED'`,
-			time.Now().Add(-30*24*time.Hour).UnixMilli(), id)
+	args := []any{time.Now().Add(-30 * 24 * time.Hour).UnixMilli()}
+	marks := make([]string, len(ids))
+	for i, id := range ids {
+		args = append(args, id)
+		marks[i] = fmt.Sprintf("$%d", i+2)
 	}
+	execDB(t, cfg, `UPDATE streams SET status_ms = $1 WHERE status = 'DELETED' AND id IN (`+strings.Join(marks, ", ")+`)`, args...)
 }
 
 // pgGone reports whether a stream's row is gone.
@@ -103,8 +107,10 @@ func pgRestore(t *testing.T, c apiClient, id int64) (matched, changed int64) {
 }
 
 // TestPurgeDeletedStreams: streams deleted longer than store.deletePurgeAge
-// are removed (files and rows) by the periodic job; the open pack (never
-// compacted: see TestPurgeCompactsPacks) goes once every stream in it has; streams deleted more recently can still be
+// are removed (files and rows) by the periodic job: a stream's own file at
+// once, a packed one by the compaction of its pack (here the open one,
+// closed for it: see TestPurgeCompactsPacks), and a pack goes whole once
+// every stream in it has; streams deleted more recently can still be
 // restored, live streams are untouched, and a purged stream is gone (404,
 // nothing to restore).
 func TestPurgeDeletedStreams(t *testing.T) {
@@ -142,13 +148,30 @@ func TestPurgeDeletedStreams(t *testing.T) {
 		sxTerm("Id", "EQUALS", fmt.Sprint(s2.ID)))+`}`).want(t, "delete s1, s2", 200, nil)
 	pgAge(t, s.Cfg, b1.ID, s1.ID)
 
-	// b1 goes; s1 waits for the other streams of its pack, the open one.
-	apptest.WaitFor(t, "the aged own-file stream purged", func() bool { return pgGone(t, s, b1.ID) })
+	// b1 goes, and s1: its pack (the open one) is compacted, s2 (deleted
+	// too recently) and s3 (live) copied into a new pack.
+	apptest.WaitFor(t, "the aged streams purged", func() bool { return pgGone(t, s, b1.ID) && pgGone(t, s, s1.ID) })
 	if pgExists(t, st.Path(b1)) {
 		t.Fatal("purged stream's file is still there")
 	}
-	if pgGone(t, s, s1.ID) || !pgExists(t, pack) {
-		t.Fatal("a packed stream was purged while its pack holds others")
+	apptest.WaitFor(t, "the compacted pack removed", func() bool { return !pgExists(t, pack) })
+	var moved []meta.Stream
+	for _, x := range []meta.Stream{s2, s3} {
+		row, err := s.App.Repo().GetStream(context.Background(), x.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.Pack == "" || row.Pack == s1.Pack || !pgExists(t, st.Path(row)) {
+			t.Fatalf("stream %d after the compaction: pack %q (was %q)", x.ID, row.Pack, s1.Pack)
+		}
+		moved = append(moved, row)
+	}
+	if moved[0].Pack != moved[1].Pack {
+		t.Fatalf("the staying streams are in two packs: %q, %q", moved[0].Pack, moved[1].Pack)
+	}
+	pack = st.Path(moved[0])
+	if r := admin.do("GET", fmt.Sprintf("/streams/%d/data", s3.ID), ""); r.status != 200 || string(r.body) != "small 3\n" {
+		t.Fatalf("live packed stream after the compaction: %d %q", r.status, r.body)
 	}
 	admin.do("GET", fmt.Sprintf("/streams/%d", b1.ID), "").want(t, "get purged", 404, nil)
 	admin.do("GET", fmt.Sprintf("/streams/%d/data", b1.ID), "").want(t, "data of purged", 404, nil)
@@ -163,12 +186,12 @@ func TestPurgeDeletedStreams(t *testing.T) {
 		t.Fatalf("restored stream's data: %d, %d bytes", r.status, len(r.body))
 	}
 
-	// The rest of the pack deleted and aged: the pack goes with all three.
+	// The rest of the (new) pack deleted and aged: the pack goes whole.
 	admin.do("DELETE", fmt.Sprintf("/streams/%d", s3.ID), "").want(t, "delete s3", 200, nil)
 	pgAge(t, s.Cfg, s2.ID, s3.ID)
 	// Its file goes first, then its rows.
 	apptest.WaitFor(t, "the pack and its rows purged", func() bool {
-		return !pgExists(t, pack) && pgGone(t, s, s1.ID) && pgGone(t, s, s2.ID) && pgGone(t, s, s3.ID)
+		return !pgExists(t, pack) && pgGone(t, s, s2.ID) && pgGone(t, s, s3.ID)
 	})
 	// Live streams untouched.
 	for _, x := range []struct {
@@ -312,7 +335,7 @@ func TestPurgeCompactsPacks(t *testing.T) {
 			t.Fatalf("small streams not in one pack: %q %q", ss[0].Pack, x.Pack)
 		}
 	}
-	// The restart closes the open pack, which is never compacted.
+	// The restart closes the open pack (as a compaction of it would).
 	cfg := s.Cfg
 	s.Stop()
 	s = apptest.StartConfig(t, cfg)
