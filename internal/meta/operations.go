@@ -124,6 +124,10 @@ type OperationFilter struct {
 	Owner string
 	Kind  string
 	State OpState
+	// Unfinished, when set, keeps only PENDING and RUNNING operations,
+	// read in one statement (two lists, one per state, read one after the
+	// other, both hold an operation that started in between).
+	Unfinished bool
 	// FinishedBefore, when set, keeps only operations that reached their
 	// final state before it (Unix ms).
 	FinishedBefore int64
@@ -146,6 +150,10 @@ func (r *Repo) ListOperations(ctx context.Context, f OperationFilter) ([]Operati
 	}
 	if f.State != "" {
 		add("state", string(f.State))
+	}
+	if f.Unfinished {
+		args = append(args, string(OpPending), string(OpRunning))
+		where = append(where, "state IN ($"+strconv.Itoa(len(args)-1)+", $"+strconv.Itoa(len(args))+")")
 	}
 	if f.FinishedBefore > 0 {
 		args = append(args, f.FinishedBefore)

@@ -95,6 +95,39 @@ func testOperationCreateGetList(t *testing.T, loc location) {
 			t.Errorf("ListOperations(%+v) = %v, want %v", tc.f, got, tc.want)
 		}
 	}
+
+	// Unfinished: PENDING and RUNNING, in one list, each once.
+	if _, ok, err := r.ClaimOperation(ctx, "n1", []string{"export"}, 4000, 60000); err != nil || !ok {
+		t.Fatalf("ClaimOperation: %v %v", ok, err)
+	}
+	if _, err := r.CancelOperation(ctx, "op-2", 4000); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		f    OperationFilter
+		want []string
+	}{
+		{OperationFilter{Owner: "alice", Unfinished: true}, []string{"op-3", "op-1"}},
+		{OperationFilter{Unfinished: true}, []string{"op-3", "op-1"}},
+		{OperationFilter{Owner: "bob", Unfinished: true}, []string{}},
+		{OperationFilter{Unfinished: true, State: OpRunning}, nil},
+	} {
+		ops, err := r.ListOperations(ctx, tc.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := opIDs(ops)
+		if tc.want == nil {
+			// One of the two, the one that was claimed.
+			if len(got) != 1 || ops[0].State != OpRunning {
+				t.Errorf("ListOperations(%+v) = %v, want the running one", tc.f, got)
+			}
+			continue
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("ListOperations(%+v) = %v, want %v", tc.f, got, tc.want)
+		}
+	}
 }
 
 // testOperationClaimExclusive races workers on two repositories (two
