@@ -999,16 +999,8 @@ func TestAPIOperationsAcrossARestart(t *testing.T) {
 	t.Parallel()
 	s := apptest.Start(t, nil)
 	s.CreateFeed("FEED-A", "", "")
-	block := make([]byte, 1<<20)
-	rng := rand.New(rand.NewPCG(11, 12))
-	for i := range block {
-		block[i] = byte(rng.IntN(256))
-	}
 	const streams = 48
-	for i := range streams {
-		body, _ := io.ReadAll(&patternReader{block: block, n: 4 << 20, off: int64(i) * 4096})
-		post(t, s, body, "Feed", "FEED-A").ok(t)
-	}
+	postIncompressible(t, s, "FEED-A", 11, streams)
 	admin := user(t, s, "opsadmin", []string{access.Administrator}, nil)
 	// A complete export first, to compare with and to import.
 	var whole exportResult
@@ -1125,15 +1117,7 @@ func TestAPIOperationsPerUser(t *testing.T) {
 	t.Parallel()
 	s := apptest.Start(t, func(c *config.Config) { c.API.MaxOperationsPerUser = 2 })
 	s.CreateFeed("FEED-A", "", "")
-	block := make([]byte, 1<<20)
-	rng := rand.New(rand.NewPCG(13, 14))
-	for i := range block {
-		block[i] = byte(rng.IntN(256))
-	}
-	for i := range 24 {
-		body, _ := io.ReadAll(&patternReader{block: block, n: 4 << 20, off: int64(i) * 4096})
-		post(t, s, body, "Feed", "FEED-A").ok(t)
-	}
+	postIncompressible(t, s, "FEED-A", 13, 24)
 	perms := []string{access.DataExport, access.DataImport}
 	busy := user(t, s, "busy", perms, map[string]access.Level{"FEED-A": access.View})
 	other := user(t, s, "other", perms, map[string]access.Level{"FEED-A": access.View})
@@ -1164,15 +1148,7 @@ func TestAPICancelRunning(t *testing.T) {
 	t.Parallel()
 	s := apptest.Start(t, nil)
 	s.CreateFeed("FEED-A", "", "")
-	block := make([]byte, 1<<20)
-	rng := rand.New(rand.NewPCG(15, 16))
-	for i := range block {
-		block[i] = byte(rng.IntN(256))
-	}
-	for i := range 24 {
-		body, _ := io.ReadAll(&patternReader{block: block, n: 4 << 20, off: int64(i) * 4096})
-		post(t, s, body, "Feed", "FEED-A").ok(t)
-	}
+	postIncompressible(t, s, "FEED-A", 15, 24)
 	admin := user(t, s, "opsadmin", []string{access.Administrator}, nil)
 	var whole exportResult
 	succeeded(t, admin, accepted(t, admin.do("POST", "/exports", `{}`), "export"), &whole)
@@ -1203,5 +1179,21 @@ func TestAPICancelRunning(t *testing.T) {
 	}
 	if n := len(s.Streams()) - nBefore; n != 0 && n != 24 {
 		t.Errorf("the cancelled import stored %d of 24 streams", n)
+	}
+}
+
+// postIncompressible posts n streams of 4 MiB that do not compress to feed
+// (each a different window of one random 1 MiB block from seed), so that
+// an export of them takes long enough to be caught running.
+func postIncompressible(t *testing.T, s *apptest.Server, feed string, seed uint64, n int) {
+	t.Helper()
+	block := make([]byte, 1<<20)
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	for i := range block {
+		block[i] = byte(rng.IntN(256))
+	}
+	for i := range n {
+		body, _ := io.ReadAll(&patternReader{block: block, n: 4 << 20, off: int64(i) * 4096})
+		post(t, s, body, "Feed", feed).ok(t)
 	}
 }
