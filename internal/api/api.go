@@ -261,6 +261,12 @@ func (s *server) authenticate(ctx huma.Context, next func(huma.Context)) {
 			msg = ae.Error()
 		case errors.As(err, &f):
 			msg = f.Detail
+		case meta.IsUnavailable(err):
+			s.Log.Error("api authentication", "err", err)
+			ctx.SetHeader("Retry-After", strconv.Itoa(s.retryAfter()))
+			_ = huma.WriteErr(s.api, ctx, http.StatusServiceUnavailable,
+				"the credential cannot be checked now: the metadata database is unavailable; try again later")
+			return
 		default:
 			// Not the credential's fault (the database failed): 401 would
 			// tell the caller its key is bad, and it would throw it away.
@@ -325,9 +331,14 @@ func visibleFeeds(ctx context.Context) []string {
 	return feeds
 }
 
-// internal logs an unexpected error and hides its details from the caller.
+// internal logs an unexpected error and hides its details from the caller:
+// 503 with Retry-After when the metadata database could not be reached
+// (the call may succeed later), else 500.
 func (s *server) internal(op string, err error) error {
 	s.Log.Error("api", "op", op, "err", err)
+	if meta.IsUnavailable(err) {
+		return s.unanswered("the metadata database is unavailable; try again later")
+	}
 	return huma.Error500InternalServerError("internal error; the server log has the details")
 }
 

@@ -160,9 +160,16 @@ func OpenStorage(ctx context.Context, cfg config.Config, node string, log *slog.
 	if reg != nil {
 		m = store.NewMetrics(reg)
 	}
+	// A commit waits for a PostgreSQL server at most receive.databaseTimeout.
+	// SQLite's waits are bounded already (its busy timeout), and a
+	// deadline would make its driver start a goroutine for every statement.
+	var commitTimeout time.Duration
+	if o.Repo.Engine() == "postgres" {
+		commitTimeout = cfg.Receive.DatabaseTimeout.D()
+	}
 	o.Store, err = store.Open(ctx, o.Repo, o.Codec, store.Options{
 		Root: filepath.Join(cfg.Data, "store"), Node: node, BlockSize: int(cfg.Store.BlockSize), PackMax: int(cfg.Store.PackMaxSize),
-		Logger: log, Metrics: m, ReadOnly: readOnly, Held: o.nodeLock.Err,
+		Logger: log, Metrics: m, ReadOnly: readOnly, Held: o.nodeLock.Err, CommitTimeout: commitTimeout,
 	})
 	if err != nil {
 		o.Close()

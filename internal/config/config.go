@@ -171,6 +171,12 @@ type Receive struct {
 	// forwarders' retries (a weir proxy's queue.maxRetryAge, 7 days by
 	// default); each remembered post costs a row.
 	ForwardedPostsKept Duration `yaml:"forwardedPostsKept"`
+	// DatabaseTimeout is how long a post waits for the metadata database,
+	// for each look-up (feed, credentials, resends) and for the commit of
+	// its streams: past it the post is refused with 503 and Retry-After,
+	// as when the database refuses connections, instead of waiting as
+	// long as TCP does for a database cut off without a reset (minutes).
+	DatabaseTimeout Duration `yaml:"databaseTimeout"`
 }
 
 // Store configures the stream store.
@@ -231,6 +237,7 @@ func Default() Config {
 			DataFeedKeyCacheTTL:                Duration(5 * time.Minute),
 			FeedCacheTTL:                       Duration(time.Second),
 			ForwardedPostsKept:                 Duration(30 * 24 * time.Hour),
+			DatabaseTimeout:                    Duration(30 * time.Second),
 			X509CertificateDnHeader:            "X-SSL-CLIENT-S-DN",
 			X509CertificateDnFormat:            "LDAP",
 		},
@@ -407,6 +414,9 @@ func (c *Config) Validate() error {
 	}
 	if r.FeedCacheTTL < 0 {
 		add("receive.feedCacheTTL: must not be negative (0 turns the cache off)")
+	}
+	if r.DatabaseTimeout < Duration(time.Second) || r.DatabaseTimeout > Duration(10*time.Minute) {
+		add("receive.databaseTimeout: %v is not between 1s and 10m", r.DatabaseTimeout)
 	}
 	if r.ForwardedPostsKept < Duration(time.Hour) {
 		add("receive.forwardedPostsKept: %v must be at least 1h (and should outlast the forwarders' retries: a weir proxy's queue.maxRetryAge is 7 days by default)", r.ForwardedPostsKept)

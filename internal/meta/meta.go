@@ -10,9 +10,12 @@ package meta
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -22,6 +25,7 @@ import (
 	"time"
 
 	// Drivers register themselves with database/sql under "pgx" and "sqlite".
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -364,6 +368,49 @@ func IsFull(err error) bool {
 	}
 	var pe interface{ SQLState() string }
 	return errors.As(err, &pe) && pe.SQLState() == "53100"
+}
+
+// IsUnavailable reports whether err means that the database could not be
+// reached or went away, rather than that a statement failed: a connection
+// refused, reset or timed out, a server shutting down, starting up, in
+// recovery (read-only after a failover) or out of connections, or SQLite's
+// database held locked by another process past the busy timeout. The work
+// may succeed if tried again later, so callers answer 503, not 500; such
+// an error's text (addresses, user names) is for the log, not for senders.
+// A deadline passed counts: callers set one only on database calls, to
+// bound how long they wait for an answer.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, pgconn.ErrConnClosed) || isBusy(err) {
+		return true
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	var pe interface{ SQLState() string }
+	if errors.As(err, &pe) {
+		switch code := pe.SQLState(); {
+		case strings.HasPrefix(code, "08"): // connection exception
+			return true
+		case code == "57P01", code == "57P02", code == "57P03": // admin or crash shutdown, cannot connect now
+			return true
+		case code == "53300": // too many connections
+			return true
+		case code == "25006": // read-only transaction: a standby, or in recovery
+			return true
+		}
+		return false
+	}
+	// pgx reports a connection the server closed mid-message as an
+	// unexpected EOF.
+	return errors.Is(err, io.ErrUnexpectedEOF) || pgconn.Timeout(err)
 }
 
 // queryAll runs q and scans every row with scan.

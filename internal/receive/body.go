@@ -189,7 +189,21 @@ func storeError(err error) error {
 	if store.IsTooManyFiles(err) {
 		return wrap(Unavailable, err, "weir has as many files open as it may (connections included; see ulimit -n)")
 	}
-	return wrap(UnknownError, err, "storing the data failed")
+	return dbFailure(UnknownError, err, "storing the data failed")
+}
+
+// dbFailure classifies a failed call to the metadata database (or the
+// store, which commits there). One that could not reach it (refused, cut
+// off, timed out: meta.IsUnavailable) refuses the post with 503 and
+// Retry-After, so that the sender tries again, and its cause is logged,
+// never sent: its text names the database's address and user. Anything
+// else is code, with the cause in the message.
+func dbFailure(code Code, err error, format string, a ...any) *Error {
+	detail := fmt.Sprintf(format, a...)
+	if meta.IsUnavailable(err) {
+		return &Error{Code: Unavailable, Detail: detail + ": the metadata database is unavailable", Internal: err}
+	}
+	return &Error{Code: code, Detail: detail, Err: err}
 }
 
 // effectiveMs is the stream's effective time: EffectiveTime, else the

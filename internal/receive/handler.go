@@ -229,6 +229,7 @@ const (
 type post struct {
 	h           *Handler
 	r           *http.Request
+	lookups     context.Context // p.r's context, bounded by receive.databaseTimeout (see run)
 	w           http.ResponseWriter
 	receiptID   string
 	received    time.Time
@@ -309,6 +310,17 @@ func HeaderBytes(r *http.Request) int {
 	return n + 2
 }
 
+// dbContext bounds look-ups in the metadata database (feeds, credentials,
+// resends, receipt rules) by receive.databaseTimeout, so that a database
+// that stops answering refuses posts with 503 instead of holding them for
+// as long as TCP takes to give up.
+func (h *Handler) dbContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d := h.cfg.DatabaseTimeout.D(); d > 0 {
+		return context.WithTimeout(ctx, d)
+	}
+	return ctx, func() {}
+}
+
 // run takes a post through checks, decoding and storage.
 func (p *post) run() (outcome, error) {
 	h := p.h
@@ -326,6 +338,12 @@ func (p *post) run() (outcome, error) {
 		return "", errorf(LengthRequired, "an HTTP/1.0 request must send Content-Length (or send it as HTTP/1.1, chunked)")
 	}
 	p.attrs = requestAttributes(p.r, attr.Hop{ReceiptID: p.receiptID, Time: p.received, Host: h.opt.Host}, h.readNames)
+	// The look-ups before the body is read (credentials, feed) share one
+	// bound on waiting for the database: one timer per post, not one per
+	// look-up.
+	var cancel context.CancelFunc
+	p.lookups, cancel = h.dbContext(p.r.Context())
+	defer cancel()
 	if err := p.authenticate(); err != nil {
 		// As for any other failure (and as the reference does), the
 		// answer and the receive log name the post's feed, compression
@@ -368,7 +386,7 @@ func (p *post) run() (outcome, error) {
 		h.cfg.ReceiptCheckMode == config.ReceiptPolicy && p.trustedForwarder())
 	drop := false
 	if !deferFeedCheck {
-		d, err := h.check(p.r.Context(), p.attrs)
+		d, err := h.check(p.lookups, p.attrs)
 		p.feed, p.typ, p.feedKnown = d.feed, d.typ, d.known
 		if err != nil {
 			return "", err
@@ -436,7 +454,12 @@ func (p *post) authenticate() error {
 	id := &auth.Identity{SubjectID: auth.Unauthenticated, DisplayName: auth.Unauthenticated}
 	if a := p.h.opt.Auth; a != nil {
 		var err error
-		if id, err = a.Authenticate(p.r.Context(), &auth.Request{HTTP: p.r, Attrs: p.attrs}); err != nil {
+		if id, err = a.Authenticate(p.lookups, &auth.Request{HTTP: p.r, Attrs: p.attrs}); err != nil {
+			if meta.IsUnavailable(err) {
+				// Not the credential's fault: a refusal would tell the
+				// sender its key is bad.
+				return &Error{Code: Unavailable, Detail: "the credentials cannot be checked now (the metadata database or identity provider is unavailable)", Internal: err}
+			}
 			return err
 		}
 	}
@@ -517,10 +540,12 @@ func (p *post) sentBefore() (dup bool, release func(), err error) {
 		return false, release, err
 	}
 	release = func() { p.h.releaseForward(k) }
-	rid, ok, err := p.h.opt.Forwarded.ForwardedReceipt(p.r.Context(), k)
+	ctx, cancel := p.h.dbContext(p.r.Context())
+	defer cancel()
+	rid, ok, err := p.h.opt.Forwarded.ForwardedReceipt(ctx, k)
 	if err != nil {
 		release()
-		return false, func() {}, wrap(Unavailable, err, "cannot tell whether this post was received before")
+		return false, func() {}, dbFailure(Unavailable, err, "cannot tell whether this post was received before")
 	}
 	if ok {
 		release()
@@ -648,7 +673,7 @@ func (h *Handler) check(ctx context.Context, attrs *attr.Map) (decision, error) 
 	case err == nil:
 		d.known = true
 	case !errors.Is(err, meta.ErrNotFound):
-		return d, wrap(UnknownError, err, "looking up feed %q", d.feed)
+		return d, dbFailure(UnknownError, err, "looking up feed %q", d.feed)
 	}
 	if mode == config.ReceiptPolicy {
 		// After the lookup, so that the rules see the type the stream
@@ -667,11 +692,11 @@ func (h *Handler) check(ctx context.Context, attrs *attr.Map) (decision, error) 
 		f = feed.Feed{Name: d.feed, Description: "created by feed name generation"}.WithDefaults()
 		if err := h.opt.Feeds.CreateFeed(ctx, f); err != nil {
 			if !errors.Is(err, meta.ErrExists) {
-				return d, wrap(UnknownError, err, "creating generated feed %q", d.feed)
+				return d, dbFailure(UnknownError, err, "creating generated feed %q", d.feed)
 			}
 			// A concurrent post created it first: use what it created.
 			if f, err = h.opt.Feeds.GetFeed(ctx, d.feed); err != nil {
-				return d, wrap(UnknownError, err, "looking up feed %q", d.feed)
+				return d, dbFailure(UnknownError, err, "looking up feed %q", d.feed)
 			}
 		}
 		d.known = true
@@ -730,7 +755,7 @@ func (h *Handler) checkRules(ctx context.Context, d decision, attrs *attr.Map, t
 	}
 	set, err := h.opt.ReceiptRules.Current(ctx)
 	if err != nil {
-		return false, wrap(Unavailable, err, "the data receipt rules cannot be read")
+		return false, dbFailure(Unavailable, err, "the data receipt rules cannot be read")
 	}
 	dec := set.Decide(func(name string) (string, bool) {
 		if typ != "" && strings.EqualFold(name, "Type") {

@@ -282,7 +282,9 @@ func (p *post) checkPart(ctx context.Context, a *attr.Map, cache map[[2]string]d
 	if d, ok := cache[key]; ok && !rules {
 		return d, nil
 	}
-	d, err := p.h.check(ctx, a)
+	lctx, cancel := p.h.dbContext(ctx)
+	d, err := p.h.check(lctx, a)
+	cancel()
 	if err != nil {
 		var e *Error
 		if deferred && errors.As(err, &e) && e.Code == FeedMustBeSpecified {

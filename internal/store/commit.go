@@ -16,6 +16,7 @@ type request struct {
 	delete []int64              // rows of aborted streams
 	forget []meta.ForwardedPost // forwarded posts of a post whose commit failed
 	pack   []packItem           // small streams to write into the batch's pack and insert complete
+	at     time.Time            // when it was submitted
 	ctx    context.Context
 	done   chan error
 }
@@ -27,6 +28,7 @@ const maxBatch = 256
 // submit hands a request to the committer and waits until it is durable.
 func (s *Store) submit(ctx context.Context, r *request) error {
 	r.ctx = ctx
+	r.at = time.Now()
 	r.done = make(chan error, 1)
 	s.closeMu.RLock()
 	if s.closed {
@@ -111,7 +113,8 @@ type staged struct {
 	b      meta.Batch
 	writes []stagedPack // where its small streams went
 	start  time.Time
-	err    error // from stage one
+	oldest time.Time // its longest-waiting request's submission
+	err    error     // from stage one
 }
 
 // stagedPack is one pack write of a staged batch and its streams.
@@ -129,6 +132,9 @@ func merge(a, b *staged) *staged {
 	a.b.Unlock = append(a.b.Unlock, b.b.Unlock...)
 	a.b.Packed = append(a.b.Packed, b.b.Packed...)
 	a.writes = append(a.writes, b.writes...)
+	if b.oldest.Before(a.oldest) {
+		a.oldest = b.oldest
+	}
 	return a
 }
 
@@ -138,8 +144,10 @@ func (s *Store) finish(st *staged) {
 	if err == nil {
 		err = s.commitRows(st)
 	}
-	if err != nil && len(st.batch) > 1 {
+	if err != nil && len(st.batch) > 1 && !meta.IsUnavailable(err) {
 		// One bad request must not fail its neighbours: retry each alone.
+		// Not when the database is unreachable: no request is to blame,
+		// and each retry would wait for it again.
 		for _, r := range st.batch {
 			r.done <- s.apply([]*request{r})
 		}
@@ -167,9 +175,12 @@ func (s *Store) apply(batch []*request) error {
 // streams and its pack are made durable, so that a committed UNLOCKED row
 // always names a file that survives a crash.
 func (s *Store) stage(batch []*request) *staged {
-	st := &staged{batch: batch, start: time.Now()}
+	st := &staged{batch: batch, start: time.Now(), oldest: batch[0].at}
 	seen := make(map[string]bool)
 	for _, r := range batch {
+		if r.at.Before(st.oldest) {
+			st.oldest = r.at
+		}
 		for _, d := range r.dirs {
 			if seen[d] {
 				continue
@@ -213,8 +224,20 @@ func (s *Store) commitRows(st *staged) error {
 		row.StatusMs = now
 	}
 	// The transaction is not tied to any one caller's context: callers
-	// wait for the result whatever happens to their request.
-	err := s.repo.Apply(context.Background(), &st.b)
+	// wait for the result whatever happens to their request. Its deadline
+	// counts from the submission of the batch's longest-waiting request,
+	// so that batches queued behind a transaction the database never
+	// answered fail at once rather than each waiting the timeout again.
+	ctx := context.Background()
+	if t := s.opt.CommitTimeout; t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, st.oldest.Add(t))
+		defer cancel()
+	}
+	err := s.repo.Apply(ctx, &st.b)
+	if err != nil && ctx.Err() != nil {
+		err = fmt.Errorf("the metadata database did not commit within %v (%w): %w", s.opt.CommitTimeout, ctx.Err(), err)
+	}
 	for _, p := range st.writes {
 		s.packDone(p.w, p.items, err != nil)
 	}

@@ -72,6 +72,11 @@ type Options struct {
 	// nil. A compaction of packs checks it before each pack and before
 	// the transaction that repoints the rows, and stops when it fails.
 	Held func() error
+	// CommitTimeout bounds each group commit's metadata transaction: a
+	// database that does not answer within it (cut off without a reset,
+	// or stuck) fails the batch, and its posts are refused, instead of
+	// every post waiting as long as TCP does. 0: no bound.
+	CommitTimeout time.Duration
 }
 
 // Store writes and reads streams.
