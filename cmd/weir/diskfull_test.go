@@ -161,6 +161,9 @@ func (f diskFailure) problem() string {
 		return "no Retry-After"
 	case !strings.Contains(strings.ToLower(f.msg), "disk") && !strings.Contains(f.msg, "minFreeSpace"):
 		return "the Service-Error does not name the disk"
+	case pathRE.MatchString(f.msg):
+		// The cause's paths are for the server's log.
+		return "the Service-Error names a server path"
 	}
 	return ""
 }

@@ -181,15 +181,20 @@ func (p *post) readError(raw *bodyReader, err error, decoding bool) error {
 	return wrap(UnknownError, err, "reading the request body failed")
 }
 
-// storeError classifies a failure of the store.
+// storeError classifies a failure of the store. Its cause is logged, not
+// sent: it names the server's paths (and, for the database, its address),
+// which a sender cannot act on.
 func storeError(err error) error {
 	if store.IsNoSpace(err) || meta.IsFull(err) {
-		return wrap(Unavailable, err, "the store is out of disk space")
+		return &Error{Code: Unavailable, Detail: "the store is out of disk space", Internal: err}
 	}
 	if store.IsTooManyFiles(err) {
-		return wrap(Unavailable, err, "weir has as many files open as it may (connections included; see ulimit -n)")
+		return &Error{Code: Unavailable, Detail: "weir has as many files open as it may (connections included; see ulimit -n)", Internal: err}
 	}
-	return dbFailure(UnknownError, err, "storing the data failed")
+	if meta.IsUnavailable(err) {
+		return dbFailure(UnknownError, err, "storing the data failed")
+	}
+	return &Error{Code: UnknownError, Detail: "storing the data failed (the server's log has the cause)", Internal: err}
 }
 
 // dbFailure classifies a failed call to the metadata database (or the
