@@ -9,6 +9,7 @@ package app_test
 // partition).
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -52,6 +53,27 @@ type tcpRelay struct {
 	state relayState
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
+	// loseCommitAnswer: the next COMMIT a client sends reaches the
+	// server, which answers it, and the connection is then cut before the
+	// answer reaches the client (see loseNextCommitAnswer).
+	loseCommitAnswer atomic.Bool
+	commitsLost      atomic.Int64
+	// downAfterLostCommit: once a commit's answer is lost, the relay goes
+	// down, so that the client cannot ask whether it committed.
+	downAfterLostCommit atomic.Bool
+}
+
+// loseNextCommitAnswer makes the next COMMIT succeed on the server while
+// its client sees the connection fail: a commit whose outcome the client
+// cannot know.
+func (r *tcpRelay) loseNextCommitAnswer() { r.loseCommitAnswer.Store(true) }
+
+// relayPair is one relayed connection: swallow, once set, makes the
+// server's next bytes (the answer to a COMMIT) be dropped and the
+// connection cut.
+type relayPair struct {
+	client, server net.Conn
+	swallow        atomic.Bool
 }
 
 func startRelay(t testing.TB, target string) *tcpRelay {
@@ -109,9 +131,10 @@ func (r *tcpRelay) serve(c net.Conn) {
 	}
 	r.conns[up] = struct{}{}
 	r.mu.Unlock()
+	pair := &relayPair{client: c, server: up}
 	r.wg.Add(2)
-	go r.pipe(up, c)
-	go r.pipe(c, up)
+	go r.pipe(pair, up, c)
+	go r.pipe(pair, c, up)
 }
 
 // waitUp waits while the relay holds traffic; false if c was cut meanwhile.
@@ -127,7 +150,7 @@ func (r *tcpRelay) waitUp(c net.Conn) bool {
 
 // pipe copies src to dst, holding what it read while the relay is
 // partitioned; either end failing cuts both.
-func (r *tcpRelay) pipe(dst, src net.Conn) {
+func (r *tcpRelay) pipe(pair *relayPair, dst, src net.Conn) {
 	defer r.wg.Done()
 	buf := make([]byte, 32<<10)
 	for {
@@ -135,6 +158,18 @@ func (r *tcpRelay) pipe(dst, src net.Conn) {
 		if n > 0 {
 			if !r.waitUp(src) {
 				break
+			}
+			if src == pair.server && pair.swallow.Load() {
+				// The server has answered the COMMIT: it is applied.
+				r.commitsLost.Add(1)
+				if r.downAfterLostCommit.Load() {
+					r.set(relayDown)
+				}
+				break
+			}
+			if src == pair.client && r.loseCommitAnswer.Load() &&
+				bytes.Contains(bytes.ToLower(buf[:n]), []byte("commit")) && r.loseCommitAnswer.CompareAndSwap(true, false) {
+				pair.swallow.Store(true)
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				break
@@ -270,13 +305,14 @@ func postOnce(s *apptest.Server, body []byte) (out sent) {
 func checkStored(t *testing.T, s *apptest.Server, posts []sent) {
 	t.Helper()
 	byReceipt := make(map[string][]byte)
-	bodies := make(map[string]bool)
+	refused := make(map[string]bool) // bodies of posts not acknowledged
 	acked := 0
 	for _, p := range posts {
-		bodies[string(p.body)] = true
 		if p.code == http.StatusOK {
 			byReceipt[p.receipt] = p.body
 			acked++
+		} else {
+			refused[string(p.body)] = true
 		}
 	}
 	streams := s.Streams()
@@ -296,8 +332,9 @@ func checkStored(t *testing.T, s *apptest.Server, posts []sent) {
 			if string(data) != string(want) {
 				t.Errorf("stream %d (receipt %s): %q, want %q", st.ID, st.ReceiptID, data, want)
 			}
-		} else if unacked++; !bodies[string(data)] {
-			t.Errorf("stream %d (receipt %s, not acknowledged) holds %q, which no post sent whole", st.ID, st.ReceiptID, data)
+		} else if unacked++; !refused[string(data)] {
+			// Not another post's bytes, nor a part of one.
+			t.Errorf("stream %d (receipt %s, not acknowledged) holds %q, which no refused post sent whole", st.ID, st.ReceiptID, data)
 		}
 	}
 	for r := range byReceipt {
@@ -409,6 +446,7 @@ func TestMetadataDatabaseDown(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	relay.set(relayUp)
+	apptest.WaitFor(t, "the node lock taken again", func() bool { return logCount(s, logRegain) == 1 })
 	apptest.WaitFor(t, "posts accepted again", func() bool {
 		return record(postOnce(s, next())).code == http.StatusOK
 	})
@@ -531,5 +569,102 @@ func TestMetadataDatabaseLockedSQLite(t *testing.T) {
 		t.Fatalf("after the lock: %d %q", p.code, p.errText)
 	}
 	posts = append(posts, p)
+	checkStored(t, s, posts)
+}
+
+// TestMetadataDatabaseCommitAnswerLost: the connection to PostgreSQL fails
+// after the server committed a batch and before weir heard so. weir asks
+// the database whether the batch is there and, as it is, answers the post
+// 200 with its receipt id. It used to answer 503, so that its sender sent
+// the data again and it was stored twice.
+func TestMetadataDatabaseCommitAnswerLost(t *testing.T) {
+	s, relay := outageServer(t, nil)
+	var posts []sent
+	for i := range 3 {
+		p := postOnce(s, []byte(fmt.Sprintf("before %d\n", i)))
+		if p.code != http.StatusOK {
+			t.Fatalf("before: %d %q", p.code, p.errText)
+		}
+		posts = append(posts, p)
+	}
+	for i := range 3 {
+		relay.loseNextCommitAnswer()
+		p := postOnce(s, []byte(fmt.Sprintf("answer lost %d\n", i)))
+		posts = append(posts, p)
+		if relay.commitsLost.Load() != int64(i+1) {
+			t.Fatalf("the relay lost %d commit answers, want %d", relay.commitsLost.Load(), i+1)
+		}
+		if p.code != http.StatusOK {
+			t.Errorf("post whose commit's answer was lost: %d %q, want 200 (it is stored)", p.code, p.errText)
+		}
+	}
+	p := postOnce(s, []byte("after\n"))
+	if p.code != http.StatusOK {
+		t.Fatalf("after: %d %q", p.code, p.errText)
+	}
+	posts = append(posts, p)
+	checkStored(t, s, posts)
+	if n := len(s.Streams()); n != len(posts) {
+		t.Errorf("%d streams for %d posts", n, len(posts))
+	}
+	if n := strings.Count(s.Logs.String(), "failed while a batch committed; the batch is committed"); n != 3 {
+		t.Errorf("logged %d resolved commits, want 3", n)
+	}
+}
+
+// TestMetadataDatabaseCommitInDoubt: as above, but the database cannot be
+// reached afterwards, so weir cannot learn whether the batch committed.
+// The post is refused (503), and the stream that did commit must be its
+// own data, whole. It used to name bytes of the pack that weir, taking the
+// commit for failed, cut back and gave to the next batch: another post's
+// data, or nothing (a stream that could not be read).
+func TestMetadataDatabaseCommitInDoubt(t *testing.T) {
+	s, relay := outageServer(t, nil)
+	var posts []sent
+	for i := range 2 {
+		p := postOnce(s, []byte(fmt.Sprintf("before %d\n", i)))
+		if p.code != http.StatusOK {
+			t.Fatalf("before: %d %q", p.code, p.errText)
+		}
+		posts = append(posts, p)
+	}
+	relay.downAfterLostCommit.Store(true)
+	relay.loseNextCommitAnswer()
+	p := postOnce(s, []byte("in doubt\n"))
+	posts = append(posts, p)
+	if relay.commitsLost.Load() != 1 {
+		t.Fatalf("the relay lost %d commit answers, want 1", relay.commitsLost.Load())
+	}
+	checkRefusal(t, p)
+	relay.downAfterLostCommit.Store(false)
+	relay.set(relayUp)
+	// The cut ended the node lock's session too: wait until it is taken
+	// again, or a post could be refused for its loss, noticed late.
+	apptest.WaitFor(t, "the node lock taken again", func() bool { return logCount(s, logRegain) == 1 })
+	apptest.WaitFor(t, "posts accepted again", func() bool {
+		p := postOnce(s, []byte(fmt.Sprintf("after %d\n", len(posts))))
+		posts = append(posts, p)
+		return p.code == http.StatusOK
+	})
+	for i := range 3 {
+		p := postOnce(s, []byte(fmt.Sprintf("later %d\n", i)))
+		if p.code != http.StatusOK {
+			t.Fatalf("later: %d %q", p.code, p.errText)
+		}
+		posts = append(posts, p)
+	}
+	checkStored(t, s, posts)
+	// The batch did commit: its stream is there, holding its own post.
+	found := false
+	for _, st := range s.Streams() {
+		if string(s.Read(st.ID, streamfile.Data, 0)) == "in doubt\n" {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("the stream committed while its answer was lost is not there")
+	}
+	// And a restart (which removes what was left incomplete) keeps it so.
+	s = s.Restart()
 	checkStored(t, s, posts)
 }

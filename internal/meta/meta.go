@@ -314,10 +314,21 @@ func (r *Repo) withTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error
 		return err
 	}
 	if err = tx.Commit(); err != nil {
+		if r.engine == enginePostgres && IsUnavailable(err) {
+			// COMMIT may have reached the server and been applied, with
+			// only its answer lost.
+			return fmt.Errorf("commit: %w: %w", ErrCommitUnknown, err)
+		}
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
 }
+
+// ErrCommitUnknown is wrapped by a write that failed as its transaction
+// was committing, because the connection to PostgreSQL failed then: the
+// transaction may have been committed. (SQLite commits in this process:
+// its failures are never in doubt.)
+var ErrCommitUnknown = errors.New("the connection failed while committing: the transaction may have been committed")
 
 // beginWrite begins a write transaction: on SQLite on r.writer (the
 // caller holds writeGate), opening it first if need be, or again if

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/weirhq/weir/internal/attr"
 )
@@ -241,6 +242,30 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 		}
 		return nil
 	})
+	if errors.Is(err, ErrCommitUnknown) {
+		// One row the transaction wrote tells whether all of it was
+		// committed: a row it inserted (PostgreSQL never hands out an id
+		// twice, even when the transaction that took it rolls back), or
+		// else a row it unlocked (only this post unlocks its row).
+		var id int64
+		status := ""
+		switch {
+		case len(packedIDs) > 0:
+			id = packedIDs[0]
+		case len(ids) > 0:
+			id = ids[0].id
+		case len(unlockIDs) > 0:
+			id, status = unlockIDs[0], string(Unlocked)
+		}
+		if id != 0 && r.committed(ctx, id, status) {
+			// Its answer was lost, not the commit: the batch's posts are
+			// stored, and answering them with a failure would have their
+			// senders store them again.
+			r.logger.Warn("the connection to the metadata database failed while a batch committed; the batch is committed",
+				"streams", len(b.Create)+len(b.Packed), "err", err)
+			err = nil
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("apply batch (%d create, %d unlock, %d delete, %d packed): %w",
 			len(b.Create), len(b.Unlock), len(b.Delete), len(b.Packed), err)
@@ -261,6 +286,23 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 		s.StatusMs = now
 	}
 	return nil
+}
+
+// committedCheckTimeout bounds the question whether a batch committed.
+const committedCheckTimeout = 10 * time.Second
+
+// committed reports whether the stream row id exists (with status, if
+// not empty), for a batch whose commit is in doubt (ErrCommitUnknown).
+// False when the database cannot say (still unreachable, or ctx done).
+func (r *Repo) committed(ctx context.Context, id int64, status string) bool {
+	// The caller's deadline, if any, else a bound of its own: the question
+	// is asked because the database just failed.
+	ctx, cancel := context.WithTimeout(ctx, committedCheckTimeout)
+	defer cancel()
+	var ok bool
+	err := r.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM streams WHERE id = $1 AND ($2 = '' OR status = $2))`,
+		id, status).Scan(&ok)
+	return err == nil && ok
 }
 
 // packedRows is how many packed streams one INSERT carries: one statement

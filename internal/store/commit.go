@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -238,8 +239,11 @@ func (s *Store) commitRows(st *staged) error {
 	if err != nil && ctx.Err() != nil {
 		err = fmt.Errorf("the metadata database did not commit within %v (%w): %w", s.opt.CommitTimeout, ctx.Err(), err)
 	}
+	// A commit in doubt (its answer lost, meta.ErrCommitUnknown) may have
+	// committed rows that name the batch's bytes: they stay in the pack.
+	failed := err != nil && !errors.Is(err, meta.ErrCommitUnknown)
 	for _, p := range st.writes {
-		s.packDone(p.w, p.items, err != nil)
+		s.packDone(p.w, p.items, failed)
 	}
 	if err != nil {
 		for _, row := range st.b.Unlock {

@@ -587,7 +587,11 @@ func (p *Post) Commit(ctx context.Context) ([]meta.Stream, error) {
 	}
 	p.submitted = true
 	if err := p.s.submit(ctx, req); err != nil {
-		p.Abort()
+		if errors.Is(err, meta.ErrCommitUnknown) {
+			p.abandon(err)
+		} else {
+			p.Abort()
+		}
 		return nil, fmt.Errorf("commit streams: %w", err)
 	}
 	out := make([]meta.Stream, len(p.writers))
@@ -597,6 +601,27 @@ func (p *Post) Commit(ctx context.Context) ([]meta.Stream, error) {
 	}
 	p.writers = nil
 	return out, nil
+}
+
+// abandon lets go of a post whose commit is in doubt (its answer lost,
+// and the database could not say afterwards whether it had committed). Its
+// files stay, and its rows are not deleted: if the commit happened, they
+// are a complete, valid copy of the post (its sender, told it failed,
+// sends it again), and deleting them now, while the database is failing,
+// could leave rows whose files are gone. If it did not, its own-file
+// streams' LOCKED rows and files are removed at the next start, as after
+// a crash, and its pack bytes are named by no row.
+func (p *Post) abandon(err error) {
+	for _, w := range p.writers {
+		w.releaseBuf()
+		if w.f != nil {
+			_ = w.f.Close()
+		}
+	}
+	p.s.opt.Logger.Warn("a post's commit is in doubt (the connection to the metadata database failed while it committed): "+
+		"its streams are left as they are; any that committed are complete, the others are removed at the next start",
+		"receiptId", p.writers[0].row.ReceiptID, "streams", len(p.writers), "err", err)
+	p.writers = nil
 }
 
 // Abort removes every stream of the post: files and rows (streams still
@@ -609,10 +634,11 @@ func (p *Post) Abort() {
 	var ids []int64
 	var forget []meta.ForwardedPost
 	if p.submitted && p.forward.GUID != "" {
-		// The failed commit may have recorded the post as forwarded (the
-		// answer to COMMIT lost) while the rows of its own-file streams
-		// go below and its pack is removed: a resend must then be stored
-		// again, not answered with this post's receipt id.
+		// Defensive: should the failed commit have recorded the post as
+		// forwarded while the rows of its own-file streams go below and
+		// its pack is cut back, a resend must be stored again, not
+		// answered with this post's receipt id. (A commit in doubt is
+		// abandoned, not aborted.)
 		forget = []meta.ForwardedPost{{Key: p.forward, ReceiptID: p.writers[0].row.ReceiptID}}
 	}
 	for _, w := range p.writers {
@@ -633,10 +659,9 @@ func (p *Post) Abort() {
 		return
 	}
 	// A failed delete leaves LOCKED rows that the next start removes; the
-	// post was never acknowledged, so nothing is lost either way. (After a
-	// commit whose answer was lost, a failed delete leaves UNLOCKED rows
-	// whose files are gone, and their forwarded post, which a resend is
-	// then answered by: that takes two database failures in a row.)
+	// post was never acknowledged, so nothing is lost either way. (A
+	// commit whose answer was lost is not aborted but abandoned: its rows
+	// may be committed, and their files must stay.)
 	if err := p.s.submit(context.Background(), &request{delete: ids, forget: forget}); err != nil {
 		p.s.opt.Logger.Warn("abort: stream rows left for cleanup at next start", "ids", ids, "err", err)
 	}
