@@ -13,7 +13,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -419,9 +418,11 @@ func IsUnavailable(err error) bool {
 		}
 		return false
 	}
-	// pgx reports a connection the server closed mid-message as an
-	// unexpected EOF.
-	return errors.Is(err, io.ErrUnexpectedEOF) || pgconn.Timeout(err)
+	// Not io.ErrUnexpectedEOF, although pgx can report a connection cut
+	// mid-message so: a sender's truncated body is one too, and must not
+	// pass for the database's failure. (A connection pgx finds closed is
+	// driver.ErrBadConn or pgconn.ErrConnClosed, above.)
+	return pgconn.Timeout(err)
 }
 
 // queryAll runs q and scans every row with scan.

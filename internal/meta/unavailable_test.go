@@ -29,7 +29,7 @@ func TestIsUnavailable(t *testing.T) {
 		{"connect error", &pgconn.ConnectError{}, true},
 		{"bad conn", driver.ErrBadConn, true},
 		{"conn closed", fmt.Errorf("x: %w", pgconn.ErrConnClosed), true},
-		{"unexpected EOF", fmt.Errorf("receive message: %w", io.ErrUnexpectedEOF), true},
+		{"unexpected EOF (a truncated body too)", fmt.Errorf("receive message: %w", io.ErrUnexpectedEOF), false},
 		{"deadline", fmt.Errorf("commit: %w", context.DeadlineExceeded), true},
 		{"canceled", context.Canceled, false},
 		{"admin shutdown", pg("57P01"), true},

@@ -30,6 +30,21 @@ type zipTarget struct {
 	rules []string // the data receipt rules that received its parts, in order, once each
 }
 
+// writeErr remembers the error of its writer, so that a failed copy can be
+// told apart: the store's (writing) or the sender's (reading).
+type writeErr struct {
+	w   io.Writer
+	err error
+}
+
+func (w *writeErr) Write(b []byte) (int, error) {
+	n, err := w.w.Write(b)
+	if err != nil {
+		w.err = err
+	}
+	return n, err
+}
+
 // storeZip stores a body in the Stroom zip format. The body is staged to a
 // file first: a zip's directory is at its end, and reading it from a file
 // lets weir check the entry count and every part's feed before storing
@@ -42,16 +57,16 @@ func (p *post) storeZip(raw *bodyReader, body io.Reader, deferFeedCheck bool) (o
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	size, err := io.Copy(f, body)
+	staging := &writeErr{w: f}
+	size, err := io.Copy(staging, body)
 	if err != nil {
-		if raw.err != nil {
-			return "", raw.err
+		if staging.err != nil {
+			return "", storeError(staging.err)
 		}
-		var e *Error
-		if errors.As(err, &e) {
-			return "", e
-		}
-		return "", storeError(err)
+		// Reading the body failed, not the store: the sender's doing,
+		// classified as for any other body (a zip comes without a
+		// Content-Encoding).
+		return "", p.readError(raw, err, false)
 	}
 	// The body is all here: the post no longer depends on the connection.
 	// Go cancels the request's context when the sender shuts down its
