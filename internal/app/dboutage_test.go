@@ -9,10 +9,14 @@ package app_test
 // partition).
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -532,4 +536,145 @@ func TestMetadataDatabaseLockedSQLite(t *testing.T) {
 	}
 	posts = append(posts, p)
 	checkStored(t, s, posts)
+}
+
+// TestMetadataDatabasePartitionAPI: the REST API while the database holds
+// every byte (a partition). Each call is answered 503 with Retry-After
+// about receive.databaseTimeout after it was made, with a reason that
+// names neither the database's address nor its user; the calls work again
+// once the partition heals; and a download that takes longer than the
+// timeout to read is not cut by it. Before the fix every call waited
+// until its client gave up (the request's context had no deadline),
+// holding an API slot and a pooled connection meanwhile.
+func TestMetadataDatabasePartitionAPI(t *testing.T) {
+	const timeout = time.Second
+	s, relay := outageServer(t, func(c *config.Config) { c.Receive.DatabaseTimeout = config.Duration(timeout) })
+	admin := user(t, s, "partitionadmin", []string{access.Administrator}, nil)
+	// A stream larger than loopback's socket buffers, which do not
+	// compress: its zip is still being sent when the timeout has passed.
+	big := make([]byte, 24<<20)
+	rng := rand.New(rand.NewPCG(21, 22))
+	for i := 0; i+8 <= len(big); i += 8 {
+		binary.LittleEndian.PutUint64(big[i:], rng.Uint64())
+	}
+	p := postOnce(s, big)
+	if p.code != http.StatusOK {
+		t.Fatalf("post: %d %q", p.code, p.errText)
+	}
+	var list streamList
+	admin.do(http.MethodGet, "/streams", "").want(t, "list streams", http.StatusOK, &list)
+	if len(list.Streams) != 1 {
+		t.Fatalf("streams: %v", list.ids())
+	}
+	id := list.Streams[0].ID
+
+	calls := []struct{ method, path, body, contentType string }{
+		{http.MethodGet, "/streams", "", ""},
+		{http.MethodGet, "/feeds", "", ""},
+		{http.MethodGet, fmt.Sprintf("/streams/%d", id), "", ""},
+		{http.MethodGet, fmt.Sprintf("/streams/%d/data", id), "", ""},
+		{http.MethodGet, fmt.Sprintf("/streams/%d/zip", id), "", ""},
+		{http.MethodGet, "/operations", "", ""},
+		{http.MethodGet, "/whoami", "", ""},
+		{http.MethodPost, "/feeds", `{"name":"PARTITION-FEED"}`, "application/json"},
+		{http.MethodPost, "/exports", `{}`, "application/json"},
+		{http.MethodPost, "/imports", "PK\x05\x06" + strings.Repeat("\x00", 18), "application/zip"},
+	}
+	call := func(i int) (code int, header http.Header, body string, took time.Duration, err error) {
+		c := calls[i]
+		req, err := http.NewRequest(c.method, admin.url+c.path, strings.NewReader(c.body))
+		if err != nil {
+			return 0, nil, "", 0, err
+		}
+		req.Header.Set("Authorization", "Bearer "+admin.key)
+		if c.contentType != "" {
+			req.Header.Set("Content-Type", c.contentType)
+		}
+		start := time.Now()
+		res, err := client.Do(req)
+		if err != nil {
+			return 0, nil, "", time.Since(start), err
+		}
+		b, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		return res.StatusCode, res.Header, string(b), time.Since(start), err
+	}
+
+	relay.set(relayPartition)
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			c := calls[i]
+			code, header, body, took, err := call(i)
+			what := c.method + " " + c.path
+			if err != nil {
+				t.Errorf("%s during the partition: %v after %v", what, err, took.Round(time.Millisecond))
+				return
+			}
+			t.Logf("%s during the partition: %d after %v", what, code, took.Round(time.Millisecond))
+			if code != http.StatusServiceUnavailable || header.Get("Retry-After") == "" || !strings.Contains(body, "metadata database is unavailable") {
+				t.Errorf("%s during the partition: %d Retry-After %q %s; want 503 with Retry-After", what, code, header.Get("Retry-After"), body)
+			}
+			for _, leak := range []string{relay.addr(), "user=", "postgres"} {
+				if strings.Contains(body, leak) {
+					t.Errorf("%s during the partition: the answer names the database (%q): %s", what, leak, body)
+				}
+			}
+			// A bound on a hang, far above the timeout: not a measure of speed.
+			if took > 20*timeout {
+				t.Errorf("%s was answered after %v, with receive.databaseTimeout %v", what, took, timeout)
+			}
+		})
+	}
+	wg.Wait()
+	relay.set(relayUp)
+
+	apptest.WaitFor(t, "the API to answer again", func() bool {
+		code, _, _, _, err := call(0)
+		return err == nil && code == http.StatusOK
+	})
+	for i, c := range calls {
+		if c.path == "/imports" {
+			continue // a zip with nothing in it: refused on its merits once the database answers
+		}
+		code, _, body, _, err := call(i)
+		if err != nil || code >= 300 {
+			t.Errorf("%s after the partition: %d %v %s", c.method+" "+c.path, code, err, body)
+		}
+	}
+
+	// A download outlives receive.databaseTimeout: only the look-ups
+	// before it are bounded, not the client's reading.
+	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/streams/%d/zip", admin.url, id), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+admin.key)
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	head := make([]byte, 64<<10)
+	if _, err := io.ReadFull(res.Body, head); err != nil {
+		t.Fatalf("download: %v", err)
+	}
+	time.Sleep(3 * timeout)
+	rest, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("download, read slowly: %v", err)
+	}
+	zr, err := zip.NewReader(bytes.NewReader(append(head, rest...)), int64(len(head)+len(rest)))
+	if err != nil {
+		t.Fatalf("download, read slowly: not a whole zip (%d bytes): %v", len(head)+len(rest), err)
+	}
+	var got int64
+	for _, f := range zr.File {
+		if strings.HasSuffix(f.Name, ".dat") {
+			got += int64(f.UncompressedSize64)
+		}
+	}
+	if got != int64(len(big)) {
+		t.Errorf("download, read slowly: %d bytes of data, want %d", got, len(big))
+	}
 }
