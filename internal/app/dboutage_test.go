@@ -678,3 +678,43 @@ func TestMetadataDatabasePartitionAPI(t *testing.T) {
 		t.Errorf("download, read slowly: %d bytes of data, want %d", got, len(big))
 	}
 }
+
+// TestMetadataDatabasePartitionShutdown: the server is stopped (SIGTERM,
+// Run's context cancelled) while PostgreSQL holds every byte, with posts
+// and API calls in flight. It must stop within a bound of its own (the
+// posts' receive.databaseTimeout, then closing storage), not wait for the
+// partition to heal.
+func TestMetadataDatabasePartitionShutdown(t *testing.T) {
+	const timeout = 2 * time.Second
+	s, relay := outageServer(t, func(c *config.Config) { c.Receive.DatabaseTimeout = config.Duration(timeout) })
+	admin := user(t, s, "shutdownadmin", []string{access.Administrator}, nil)
+	if p := postOnce(s, []byte("before the partition\n")); p.code != http.StatusOK {
+		t.Fatalf("before the partition: %d %q", p.code, p.errText)
+	}
+	relay.set(relayPartition)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() { postOnce(s, []byte(fmt.Sprintf("in flight %d\n", i))) })
+	}
+	wg.Go(func() {
+		req, _ := http.NewRequest(http.MethodGet, admin.url+"/streams", nil)
+		req.Header.Set("Authorization", "Bearer "+admin.key)
+		if res, err := client.Do(req); err == nil {
+			res.Body.Close()
+		}
+	})
+	time.Sleep(timeout / 4) // let them reach the database
+	start := time.Now()
+	stopped := make(chan struct{})
+	go func() { s.Stop(); close(stopped) }()
+	// A bound on a hang, far above what stopping needs: not a measure of speed.
+	select {
+	case <-stopped:
+		t.Logf("stopped after %v", time.Since(start).Round(time.Millisecond))
+	case <-time.After(90 * time.Second):
+		t.Errorf("the server had not stopped %v after it was told to, while PostgreSQL was partitioned", time.Since(start).Round(time.Second))
+		relay.set(relayUp)
+		<-stopped
+	}
+	wg.Wait()
+}

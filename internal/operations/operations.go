@@ -365,13 +365,24 @@ func (s *Service) heartbeat(ctx context.Context, cancel context.CancelCauseFunc,
 		if next <= lease {
 			continue // the clock has not moved on enough to extend anything
 		}
-		err := s.opt.Repo.RenewOperation(ctx, r.Op.ID, s.opt.Node, lease, next, r.done.Load(), r.total.Load(), now.UnixMilli())
+		// Bounded: a database that stops answering without closing the
+		// connection (a partition) held the renewal, and this loop with
+		// it, until TCP gave up, so the lease lapsed unnoticed and another
+		// worker could run the operation while this one still did. A
+		// renewal that gets no answer within a third of the lease fails
+		// like any other, and the lease's lapse stops the operation.
+		rctx, rcancel := context.WithTimeout(ctx, s.opt.Lease/3)
+		err := s.opt.Repo.RenewOperation(rctx, r.Op.ID, s.opt.Node, lease, next, r.done.Load(), r.total.Load(), now.UnixMilli())
+		rcancel()
 		switch {
 		case err == nil:
 			lease = next
 		case errors.Is(err, meta.ErrLeaseLost):
 			cause := errLost
-			if op, gerr := s.opt.Repo.GetOperation(ctx, r.Op.ID); gerr == nil && op.State == meta.OpCancelled {
+			gctx, gcancel := context.WithTimeout(ctx, s.opt.Lease/3)
+			op, gerr := s.opt.Repo.GetOperation(gctx, r.Op.ID)
+			gcancel()
+			if gerr == nil && op.State == meta.OpCancelled {
 				cause = ErrCancelled
 			}
 			cancel(cause)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -331,5 +332,63 @@ func TestTwoNodes(t *testing.T) {
 				t.Errorf("%s ran on %v", id, runs[id])
 			}
 		}
+	})
+}
+
+// unanswering is a repository whose lease renewals get no answer while
+// held is set: each returns only when its context ends, as a call to a
+// PostgreSQL server cut off by a partition does (the connection stays
+// open, nothing comes back).
+type unanswering struct {
+	Repo
+	held atomic.Bool
+}
+
+func (u *unanswering) RenewOperation(ctx context.Context, id, node string, heldLease, newLease, done, total, nowMs int64) error {
+	if u.held.Load() {
+		<-ctx.Done()
+		return fmt.Errorf("renew operation %s: %w", id, ctx.Err())
+	}
+	return u.Repo.RenewOperation(ctx, id, node, heldLease, newLease, done, total, nowMs)
+}
+
+// TestRenewalUnanswered: while the database does not answer the lease's
+// renewals, the lease lapses and the operation is stopped on this node, as
+// when renewals fail; another worker may take it over by then. Before the
+// fix the renewal waited for ever (its context had no deadline), the
+// heartbeat with it, and the operation went on running after its lease
+// had lapsed.
+func TestRenewalUnanswered(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, d db) {
+		repo := &unanswering{Repo: d.open()}
+		started := make(chan struct{})
+		stopped := make(chan error, 1)
+		s := start(t, fastShortLease(repo, "node-1"), map[string]Handler{
+			"wait": func(ctx context.Context, r *Run) (any, error) {
+				close(started)
+				<-ctx.Done()
+				stopped <- context.Cause(ctx)
+				return nil, ctx.Err()
+			},
+		})
+		if _, err := s.Submit(context.Background(), "wait", "alice", struct{}{}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-started:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the operation did not start")
+		}
+		repo.held.Store(true)
+		// A bound on a hang, far above the lease: not a measure of speed.
+		select {
+		case cause := <-stopped:
+			if !errors.Is(cause, errLost) {
+				t.Errorf("stopped by %v, want the lease's loss", cause)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the operation still runs 30 s after its renewals stopped being answered (lease %v)", shortLease)
+		}
+		repo.held.Store(false)
 	})
 }
