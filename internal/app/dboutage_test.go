@@ -875,3 +875,88 @@ func TestMetadataDatabaseDownMidPost(t *testing.T) {
 		t.Errorf("%d streams after a restart, want the 2 posts acknowledged", n)
 	}
 }
+
+// TestProxyMainDatabaseOutage: a weir proxy forwards to a main service
+// whose PostgreSQL goes down and is then partitioned, while senders post
+// to the proxy. The main service answers the proxy's forwards 503 with
+// Retry-After meanwhile; the proxy keeps them queued (nothing in its
+// failure area) and, once the database is back, delivers every post it
+// acknowledged to the main service exactly once (the proxy is a trusted
+// forwarder there, so a resend of a forward whose COMMIT went through
+// without its answer is recognised by its GUID).
+func TestProxyMainDatabaseOutage(t *testing.T) {
+	main, relay := outageServer(t, func(c *config.Config) {
+		c.Receive.DatabaseTimeout = config.Duration(2 * time.Second)
+		c.Receive.RetryAfter = config.Duration(time.Second)
+		c.Receive.AuthenticationRequired = true
+		c.Receive.TrustedForwarders = []string{"TOKEN:forwarder"}
+	})
+	key := pxAPIKey(t, main, "forwarder", "Forwarder")
+	px := pxProxy(t, "proxy-main-db", func(c *config.Proxy) {
+		c.ForwardHTTPDestinations[0].APIKey = key
+		c.Aggregator.MaxItemsPerAggregate = 4
+	}, main.URL+"/datafeed")
+	dest := pxDestName(t, px, 0)
+	sent := map[string]string{}
+	postSome := func(from, to int) {
+		for i := from; i < to; i++ {
+			data := fmt.Sprintf("proxied event %d\n", i)
+			sent[pxPost(t, px, testFeed, data)] = data
+		}
+	}
+	postSome(0, 8)
+	for i, state := range []relayState{relayDown, relayPartition} {
+		relay.set(state)
+		postSome(10*(i+1), 10*(i+1)+8)
+		apptest.WaitFor(t, "a forward refused while the main service's database is away", func() bool {
+			for _, f := range pxForwards(t, px, meta.ForwardFilter{Destination: dest, Retrying: true}) {
+				if f.State == meta.ForwardQueued {
+					return true
+				}
+			}
+			return false
+		})
+		time.Sleep(3 * time.Second) // retries meet the outage (Retry-After 1 s)
+		if fs := pxForwards(t, px, meta.ForwardFilter{State: meta.ForwardFailed}); len(fs) != 0 {
+			t.Fatalf("the main service's database outage put forwards in the failure area: %+v", fs)
+		}
+		for _, f := range pxForwards(t, px, meta.ForwardFilter{Destination: dest, Retrying: true}) {
+			if f.LastStatus != 0 && f.LastStatus != http.StatusServiceUnavailable {
+				t.Errorf("forward %d was last answered %d (%s); want 503 from a main service without its database", f.ID, f.LastStatus, f.Error)
+			}
+		}
+		relay.set(relayUp)
+	}
+	postSome(30, 38)
+
+	// Delivery after the outage takes the proxy's retry delays: a generous
+	// bound, not a measure of speed.
+	var parts []storedPart
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		parts = pxFeedParts(t, main, testFeed)
+		if len(parts) >= len(sent) && len(pxForwards(t, px, meta.ForwardFilter{})) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d parts at the main service of %d posts; forwards left: %+v", len(parts), len(sent), pxForwards(t, px, meta.ForwardFilter{}))
+		}
+	}
+	seen := map[string]int{}
+	for _, p := range parts {
+		first := pxFirstHop(p)
+		data, ok := sent[first]
+		if !ok {
+			t.Errorf("stream %d: first hop %q, which no sender got", p.stream, first)
+			continue
+		}
+		if string(p.data) != data {
+			t.Errorf("stream %d: %q, want %q", p.stream, p.data, data)
+		}
+		seen[first]++
+	}
+	for id, data := range sent {
+		if n := seen[id]; n != 1 {
+			t.Errorf("post %s (%q) arrived %d times at the main service", id, data, n)
+		}
+	}
+}
