@@ -79,6 +79,42 @@ type Service struct {
 
 	mu      sync.Mutex
 	running map[string]context.CancelCauseFunc // operations running here, to cancel without waiting for a heartbeat
+
+	claimLog claimFailures // what the workers logged of failed claims
+}
+
+// claimFailures keeps failed claims out of the log while they repeat:
+// every worker polls every Poll (2 s), so a database that is down for an
+// hour logged an error per worker every 2 s. The first failure is logged,
+// then one a minute (claimLogInterval) with the count of those not logged,
+// and the first claim that succeeds after them once.
+type claimFailures struct {
+	mu       sync.Mutex
+	failing  bool
+	logged   time.Time
+	unlogged int
+}
+
+// claimLogInterval is the least time between two logged failures of the
+// claims, while they keep failing.
+const claimLogInterval = time.Minute
+
+func (c *claimFailures) observe(log *slog.Logger, err error, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil {
+		if c.failing {
+			log.Info("claiming operations works again", "notLogged", c.unlogged)
+			c.failing, c.unlogged = false, 0
+		}
+		return
+	}
+	if c.failing && now.Sub(c.logged) < claimLogInterval {
+		c.unlogged++
+		return
+	}
+	log.Error("claim operation; trying again every poll interval, logged at most once a minute", "err", err, "notLogged", c.unlogged)
+	c.failing, c.logged, c.unlogged = true, now, 0
 }
 
 // Errors a Handler's context can end with (context.Cause).
@@ -229,8 +265,8 @@ func (s *Service) work() {
 		}
 		now := s.opt.Now()
 		op, ok, err := s.opt.Repo.ClaimOperation(s.ctx, s.opt.Node, s.kinds, now.UnixMilli(), now.Add(s.opt.Lease).UnixMilli())
-		if err != nil && s.ctx.Err() == nil {
-			s.opt.Log.Error("claim operation", "err", err)
+		if s.ctx.Err() == nil {
+			s.claimLog.observe(s.opt.Log, err, now)
 		}
 		if ok {
 			// There may be more: let an idle worker look too.

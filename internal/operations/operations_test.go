@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -390,5 +392,85 @@ func TestRenewalUnanswered(t *testing.T) {
 			t.Fatalf("the operation still runs 30 s after its renewals stopped being answered (lease %v)", shortLease)
 		}
 		repo.held.Store(false)
+	})
+}
+
+// unclaimable is a repository whose claims fail while down is set, as
+// when the database refuses connections.
+type unclaimable struct {
+	Repo
+	down atomic.Bool
+}
+
+func (u *unclaimable) ClaimOperation(ctx context.Context, node string, kinds []string, nowMs, leaseMs int64) (meta.Operation, bool, error) {
+	if u.down.Load() {
+		return meta.Operation{}, false, errors.New("claim operation: failed to connect to the database: connection refused")
+	}
+	return u.Repo.ClaimOperation(ctx, node, kinds, nowMs, leaseMs)
+}
+
+// countingHandler counts log records by message.
+type countingHandler struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.counts[r.Message]++
+	h.mu.Unlock()
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+
+func (h *countingHandler) count(prefix string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for m, c := range h.counts {
+		if strings.HasPrefix(m, prefix) {
+			n += c
+		}
+	}
+	return n
+}
+
+// TestClaimFailuresLogged: while the database is down, the idle workers'
+// failed claims are logged once (then at most once a minute), not once
+// per worker per poll interval (an error every second by default, for as
+// long as the outage lasted), and the recovery once; operations submitted
+// meanwhile run when it is back.
+func TestClaimFailuresLogged(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, d db) {
+		repo := &unclaimable{Repo: d.open()}
+		logs := &countingHandler{counts: map[string]int{}}
+		opt := fast(repo, "node-1")
+		opt.Log = slog.New(logs)
+		repo.down.Store(true)
+		ran := make(chan struct{})
+		s := start(t, opt, map[string]Handler{
+			"noop": func(context.Context, *Run) (any, error) { close(ran); return nil, nil },
+		})
+		// Many polls (20 ms each) of both workers fail meanwhile.
+		time.Sleep(time.Second)
+		if n := logs.count("claim operation"); n != 1 {
+			t.Errorf("%d failed claims logged during the outage, want 1", n)
+		}
+		repo.down.Store(false)
+		if _, err := s.Submit(context.Background(), "noop", "alice", struct{}{}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ran:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the operation did not run after the outage")
+		}
+		for deadline := time.Now().Add(20 * time.Second); logs.count("claiming operations works again") != 1; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the recovery was logged %d times, want once", logs.count("claiming operations works again"))
+			}
+		}
 	})
 }
