@@ -118,7 +118,7 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 	s := &server{Deps: d, slots: make(chan struct{}, max(d.Config.API.MaxConcurrentRequests, 1)),
 		downloads: make(chan struct{}, max(d.Config.API.MaxConcurrentDownloads, 1))}
 	s.api = humago.NewWithPrefix(mux, "/api", cfg)
-	s.api.UseMiddleware(s.headerLimit, s.refuseJSONPatch, s.limit, s.authenticate)
+	s.api.UseMiddleware(s.headerLimit, s.refuseJSONPatch, s.limit, s.boundDatabase, s.authenticate)
 	s.registerAccount()
 	s.registerFeeds()
 	s.registerFeedStatus()
@@ -188,6 +188,62 @@ func (s *server) limit(ctx huma.Context, next func(huma.Context)) {
 	}
 }
 
+// unboundedOps are the operations boundDatabase leaves alone: an import's
+// upload may take longer than receive.databaseTimeout, so its handler
+// bounds each of its database calls itself (dbContext).
+var unboundedOps = map[string]bool{"import-streams": true}
+
+// boundDatabase bounds a call's waits for the metadata database by
+// receive.databaseTimeout, as a post's look-ups are: a PostgreSQL server
+// cut off without a reset (a partition) or stuck otherwise held every call
+// until its client gave up (its API slot and a pooled connection with it),
+// since the request's context has no deadline. A call that runs out of
+// time is answered 503 with Retry-After (see internal). A download's body
+// is not bounded (see download): only what precedes it.
+func (s *server) boundDatabase(ctx huma.Context, next func(huma.Context)) {
+	d := s.Config.Receive.DatabaseTimeout.D()
+	if d <= 0 || unboundedOps[ctx.Operation().OperationID] {
+		next(ctx)
+		return
+	}
+	outer := ctx.Context()
+	bounded, cancel := context.WithTimeout(context.WithValue(outer, unboundedKey{}, outer), d)
+	defer cancel()
+	next(huma.WithContext(ctx, bounded))
+}
+
+// dbContext bounds ctx by receive.databaseTimeout, for a handler that
+// boundDatabase leaves alone.
+func (s *server) dbContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d := s.Config.Receive.DatabaseTimeout.D(); d > 0 {
+		return context.WithTimeout(ctx, d)
+	}
+	return ctx, func() {}
+}
+
+// unboundedKey is the context key of a call's context before
+// boundDatabase bounded it.
+type unboundedKey struct{}
+
+// unbounded is ctx without boundDatabase's deadline: cancelled when the
+// call's own context is (the client went away), with ctx's values (the
+// caller, the API slot).
+func unbounded(ctx context.Context) context.Context {
+	outer, ok := ctx.Value(unboundedKey{}).(context.Context)
+	if !ok {
+		return ctx
+	}
+	return valuesOf{Context: outer, values: ctx}
+}
+
+// valuesOf is a context's lifetime with another's values.
+type valuesOf struct {
+	context.Context
+	values context.Context
+}
+
+func (c valuesOf) Value(key any) any { return c.values.Value(key) }
+
 func (s *server) retryAfter() int { return max(int(s.Config.API.RetryAfter.D().Seconds()), 1) }
 
 // slotKey is the context key of a request's API slot.
@@ -232,7 +288,9 @@ func (s *server) download(ctx context.Context, body func(hc huma.Context, w http
 		r, w := humago.Unwrap(hc)
 		iw := newIdleResponseWriter(r, w, s.Config.Receive.BodyIdleTimeout.D())
 		defer iw.stop()
-		body(hc, iw)
+		// Sending takes as long as the client takes to read: it is bounded
+		// by bodyIdleTimeout, not by the database's.
+		body(huma.WithContext(hc, unbounded(hc.Context())), iw)
 	}}, nil
 }
 
@@ -251,7 +309,10 @@ func (s *server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		next(ctx)
 		return
 	}
-	p, err := s.principal(ctx.Context(), ctx.Header("Authorization"))
+	// Bounded here too for the calls boundDatabase leaves alone.
+	pctx, cancel := s.dbContext(ctx.Context())
+	p, err := s.principal(pctx, ctx.Header("Authorization"))
+	cancel()
 	if err != nil {
 		var msg string
 		var ae *access.AuthError

@@ -87,7 +87,12 @@ func (s *opsAPI) registerImports() {
 		if err := require(ctx, access.DataImport); err != nil {
 			return nil, err
 		}
-		if err := s.underQuota(ctx, caller(ctx).User.Name); err != nil {
+		// Each call to the database is bounded by itself: the upload
+		// between them may take longer than receive.databaseTimeout.
+		qctx, qcancel := s.dbContext(ctx)
+		err := s.underQuota(qctx, caller(ctx).User.Name)
+		qcancel()
+		if err != nil {
 			return nil, err
 		}
 		if limit > 0 && in.r.ContentLength > limit {
@@ -105,11 +110,13 @@ func (s *opsAPI) registerImports() {
 		}
 		req := importRequest{ReceiptID: s.imp.h.NextReceiptID(), ReceivedMs: time.Now().UnixMilli(),
 			UserID: p.User.Name, Username: display, Size: size}
-		if err := s.svc.SubmitID(ctx, id, kindImport, p.User.Name, req); err != nil {
+		sctx, scancel := s.dbContext(ctx)
+		defer scancel()
+		if err := s.svc.SubmitID(sctx, id, kindImport, p.User.Name, req); err != nil {
 			_ = os.Remove(s.importFile(id))
 			return nil, s.internal("submit import", err)
 		}
-		return s.accepted(ctx, id)
+		return s.accepted(sctx, id)
 	})
 }
 

@@ -9,11 +9,14 @@ package app_test
 // partition).
 
 import (
+	"archive/zip"
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -266,8 +269,9 @@ type sent struct {
 	took    time.Duration
 }
 
-// postOnce posts body and records the answer without failing the test.
-func postOnce(s *apptest.Server, body []byte) (out sent) {
+// postOnce posts body (with the headers hdr, name then value) and records
+// the answer without failing the test.
+func postOnce(s *apptest.Server, body []byte, hdr ...string) (out sent) {
 	out.body = body
 	start := time.Now()
 	defer func() { out.took = time.Since(start) }()
@@ -278,6 +282,9 @@ func postOnce(s *apptest.Server, body []byte) (out sent) {
 	}
 	req.Header.Set("Feed", testFeed)
 	req.Header.Set("User-Agent", userAgent)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
 	res, err := client.Do(req)
 	if err != nil {
 		out.err = err
@@ -667,4 +674,423 @@ func TestMetadataDatabaseCommitInDoubt(t *testing.T) {
 	// And a restart (which removes what was left incomplete) keeps it so.
 	s = s.Restart()
 	checkStored(t, s, posts)
+}
+
+// TestMetadataDatabasePartitionAPI: the REST API while the database holds
+// every byte (a partition). Each call is answered 503 with Retry-After
+// about receive.databaseTimeout after it was made, with a reason that
+// names neither the database's address nor its user; the calls work again
+// once the partition heals; and a download that takes longer than the
+// timeout to read is not cut by it. Before the fix every call waited
+// until its client gave up (the request's context had no deadline),
+// holding an API slot and a pooled connection meanwhile.
+func TestMetadataDatabasePartitionAPI(t *testing.T) {
+	const timeout = time.Second
+	s, relay := outageServer(t, func(c *config.Config) { c.Receive.DatabaseTimeout = config.Duration(timeout) })
+	admin := user(t, s, "partitionadmin", []string{access.Administrator}, nil)
+	// A stream larger than loopback's socket buffers, which do not
+	// compress: its zip is still being sent when the timeout has passed.
+	big := make([]byte, 24<<20)
+	rng := rand.New(rand.NewPCG(21, 22))
+	for i := 0; i+8 <= len(big); i += 8 {
+		binary.LittleEndian.PutUint64(big[i:], rng.Uint64())
+	}
+	p := postOnce(s, big)
+	if p.code != http.StatusOK {
+		t.Fatalf("post: %d %q", p.code, p.errText)
+	}
+	var list streamList
+	admin.do(http.MethodGet, "/streams", "").want(t, "list streams", http.StatusOK, &list)
+	if len(list.Streams) != 1 {
+		t.Fatalf("streams: %v", list.ids())
+	}
+	id := list.Streams[0].ID
+
+	calls := []struct{ method, path, body, contentType string }{
+		{http.MethodGet, "/streams", "", ""},
+		{http.MethodGet, "/feeds", "", ""},
+		{http.MethodGet, fmt.Sprintf("/streams/%d", id), "", ""},
+		{http.MethodGet, fmt.Sprintf("/streams/%d/data", id), "", ""},
+		{http.MethodGet, fmt.Sprintf("/streams/%d/zip", id), "", ""},
+		{http.MethodGet, "/operations", "", ""},
+		{http.MethodGet, "/whoami", "", ""},
+		{http.MethodPost, "/feeds", `{"name":"PARTITION-FEED"}`, "application/json"},
+		{http.MethodPost, "/exports", `{}`, "application/json"},
+		{http.MethodPost, "/imports", "PK\x05\x06" + strings.Repeat("\x00", 18), "application/zip"},
+	}
+	call := func(i int) (code int, header http.Header, body string, took time.Duration, err error) {
+		c := calls[i]
+		req, err := http.NewRequest(c.method, admin.url+c.path, strings.NewReader(c.body))
+		if err != nil {
+			return 0, nil, "", 0, err
+		}
+		req.Header.Set("Authorization", "Bearer "+admin.key)
+		if c.contentType != "" {
+			req.Header.Set("Content-Type", c.contentType)
+		}
+		start := time.Now()
+		res, err := client.Do(req)
+		if err != nil {
+			return 0, nil, "", time.Since(start), err
+		}
+		b, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		return res.StatusCode, res.Header, string(b), time.Since(start), err
+	}
+
+	relay.set(relayPartition)
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			c := calls[i]
+			code, header, body, took, err := call(i)
+			what := c.method + " " + c.path
+			if err != nil {
+				t.Errorf("%s during the partition: %v after %v", what, err, took.Round(time.Millisecond))
+				return
+			}
+			t.Logf("%s during the partition: %d after %v", what, code, took.Round(time.Millisecond))
+			if code != http.StatusServiceUnavailable || header.Get("Retry-After") == "" || !strings.Contains(body, "metadata database is unavailable") {
+				t.Errorf("%s during the partition: %d Retry-After %q %s; want 503 with Retry-After", what, code, header.Get("Retry-After"), body)
+			}
+			for _, leak := range []string{relay.addr(), "user=", "postgres"} {
+				if strings.Contains(body, leak) {
+					t.Errorf("%s during the partition: the answer names the database (%q): %s", what, leak, body)
+				}
+			}
+			// A bound on a hang, far above the timeout: not a measure of speed.
+			if took > 20*timeout {
+				t.Errorf("%s was answered after %v, with receive.databaseTimeout %v", what, took, timeout)
+			}
+		})
+	}
+	wg.Wait()
+	relay.set(relayUp)
+
+	apptest.WaitFor(t, "the API to answer again", func() bool {
+		code, _, _, _, err := call(0)
+		return err == nil && code == http.StatusOK
+	})
+	for i, c := range calls {
+		if c.path == "/imports" {
+			continue // a zip with nothing in it: refused on its merits once the database answers
+		}
+		code, _, body, _, err := call(i)
+		if err != nil || code >= 300 {
+			t.Errorf("%s after the partition: %d %v %s", c.method+" "+c.path, code, err, body)
+		}
+	}
+
+	// A download outlives receive.databaseTimeout: only the look-ups
+	// before it are bounded, not the client's reading.
+	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/streams/%d/zip", admin.url, id), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+admin.key)
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	head := make([]byte, 64<<10)
+	if _, err := io.ReadFull(res.Body, head); err != nil {
+		t.Fatalf("download: %v", err)
+	}
+	time.Sleep(3 * timeout)
+	rest, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("download, read slowly: %v", err)
+	}
+	zr, err := zip.NewReader(bytes.NewReader(append(head, rest...)), int64(len(head)+len(rest)))
+	if err != nil {
+		t.Fatalf("download, read slowly: not a whole zip (%d bytes): %v", len(head)+len(rest), err)
+	}
+	var got int64
+	for _, f := range zr.File {
+		if strings.HasSuffix(f.Name, ".dat") {
+			got += int64(f.UncompressedSize64)
+		}
+	}
+	if got != int64(len(big)) {
+		t.Errorf("download, read slowly: %d bytes of data, want %d", got, len(big))
+	}
+}
+
+// TestMetadataDatabasePartitionShutdown: the server is stopped (SIGTERM,
+// Run's context cancelled) while PostgreSQL holds every byte, with posts
+// and API calls in flight. It must stop within a bound of its own (the
+// posts' receive.databaseTimeout, then closing storage), not wait for the
+// partition to heal.
+func TestMetadataDatabasePartitionShutdown(t *testing.T) {
+	const timeout = 2 * time.Second
+	s, relay := outageServer(t, func(c *config.Config) { c.Receive.DatabaseTimeout = config.Duration(timeout) })
+	admin := user(t, s, "shutdownadmin", []string{access.Administrator}, nil)
+	if p := postOnce(s, []byte("before the partition\n")); p.code != http.StatusOK {
+		t.Fatalf("before the partition: %d %q", p.code, p.errText)
+	}
+	relay.set(relayPartition)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() { postOnce(s, []byte(fmt.Sprintf("in flight %d\n", i))) })
+	}
+	wg.Go(func() {
+		req, _ := http.NewRequest(http.MethodGet, admin.url+"/streams", nil)
+		req.Header.Set("Authorization", "Bearer "+admin.key)
+		if res, err := client.Do(req); err == nil {
+			res.Body.Close()
+		}
+	})
+	time.Sleep(timeout / 4) // let them reach the database
+	start := time.Now()
+	stopped := make(chan struct{})
+	go func() { s.Stop(); close(stopped) }()
+	// A bound on a hang, far above what stopping needs: not a measure of speed.
+	select {
+	case <-stopped:
+		t.Logf("stopped after %v", time.Since(start).Round(time.Millisecond))
+	case <-time.After(90 * time.Second):
+		t.Errorf("the server had not stopped %v after it was told to, while PostgreSQL was partitioned", time.Since(start).Round(time.Second))
+		relay.set(relayUp)
+		<-stopped
+	}
+	wg.Wait()
+}
+
+// TestMetadataDatabaseOutageZipAndBig: a zip post and a post larger than
+// a pack (a stream in a file of its own, whose LOCKED row is inserted
+// before its body is read) while PostgreSQL is partitioned, then while it
+// is down. Each is refused with 503 and Retry-After within a bound, and
+// once the database is back no stream is left LOCKED or half there: every
+// stream is whole and UNLOCKED, or absent.
+func TestMetadataDatabaseOutageZipAndBig(t *testing.T) {
+	const timeout = 2 * time.Second
+	s, relay := outageServer(t, func(c *config.Config) { c.Receive.DatabaseTimeout = config.Duration(timeout) })
+	big := make([]byte, 1<<20) // over store.packMaxSize (256 KiB), compressed too
+	rng := rand.New(rand.NewPCG(23, 24))
+	for i := 0; i+8 <= len(big); i += 8 {
+		binary.LittleEndian.PutUint64(big[i:], rng.Uint64())
+	}
+	zipBody := func(n int) []byte {
+		return zipOf(t, "001.dat", fmt.Sprintf("zip event %d a\n", n), "001.meta", "Feed:"+testFeed+"\n",
+			"002.dat", fmt.Sprintf("zip event %d b\n", n), "002.meta", "Feed:"+testFeed+"\n")
+	}
+	whole := map[string]bool{string(big): true}
+	for n := range 4 {
+		whole[fmt.Sprintf("zip event %d a\n", n)] = true
+		whole[fmt.Sprintf("zip event %d b\n", n)] = true
+	}
+	if p := postOnce(s, zipBody(0), "Compression", "ZIP"); p.code != http.StatusOK {
+		t.Fatalf("zip before the outage: %d %q", p.code, p.errText)
+	}
+	for i, state := range []relayState{relayPartition, relayDown} {
+		relay.set(state)
+		var wg sync.WaitGroup
+		for _, p := range []func() sent{
+			func() sent { return postOnce(s, zipBody(i+1), "Compression", "ZIP") },
+			func() sent { return postOnce(s, big) },
+		} {
+			wg.Go(func() {
+				got := p()
+				checkRefusal(t, got)
+				t.Logf("state %d: refused after %v: %s", state, got.took.Round(time.Millisecond), got.errText)
+				// A bound on a hang, far above the timeout: not a measure of speed.
+				if got.took > 20*timeout {
+					t.Errorf("state %d: a post was answered after %v, with receive.databaseTimeout %v", state, got.took, timeout)
+				}
+			})
+		}
+		wg.Wait()
+		relay.set(relayUp)
+		apptest.WaitFor(t, "posts accepted again", func() bool {
+			return postOnce(s, []byte("after an outage\n")).code == http.StatusOK
+		})
+	}
+	if p := postOnce(s, zipBody(3), "Compression", "ZIP"); p.code != http.StatusOK {
+		t.Fatalf("zip after the outage: %d %q", p.code, p.errText)
+	}
+	if p := postOnce(s, big); p.code != http.StatusOK {
+		t.Fatalf("big post after the outage: %d %q", p.code, p.errText)
+	}
+	whole["after an outage\n"] = true
+	// What a refused post left behind shows only after the database has
+	// had time to act on what it was sent before the outage.
+	time.Sleep(timeout)
+	for _, st := range s.Streams() {
+		if st.Status != "UNLOCKED" {
+			t.Errorf("stream %d (receipt %s) is %s after the outage", st.ID, st.ReceiptID, st.Status)
+			continue
+		}
+		if data := s.Read(st.ID, streamfile.Data, 0); !whole[string(data)] {
+			t.Errorf("stream %d (receipt %s) holds %d bytes that no post sent whole", st.ID, st.ReceiptID, len(data))
+		}
+	}
+}
+
+// TestMetadataDatabaseDownMidPost: the database goes away while a post
+// larger than a pack is being sent (its LOCKED row was inserted when it
+// outgrew memory) and comes back. The post is refused with 503; once the
+// database is back, no row of it is left LOCKED.
+func TestMetadataDatabaseDownMidPost(t *testing.T) {
+	s, relay := outageServer(t, func(c *config.Config) { c.Receive.DatabaseTimeout = config.Duration(2 * time.Second) })
+	chunk := make([]byte, 512<<10)
+	rng := rand.New(rand.NewPCG(25, 26))
+	for i := 0; i+8 <= len(chunk); i += 8 {
+		binary.LittleEndian.PutUint64(chunk[i:], rng.Uint64())
+	}
+	pr, pw := io.Pipe()
+	req, err := http.NewRequest(http.MethodPost, s.URL+"/datafeed", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Feed", testFeed)
+	type answer struct {
+		res *http.Response
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		res, err := client.Do(req)
+		answered <- answer{res, err}
+	}()
+	for range 2 { // past store.packMaxSize: the stream has its row now
+		if _, err := pw.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apptest.WaitFor(t, "the post's LOCKED row", func() bool {
+		for _, st := range s.Streams() {
+			if st.Status == "LOCKED" {
+				return true
+			}
+		}
+		return false
+	})
+	relay.set(relayDown)
+	if _, err := pw.Write(chunk); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	a := <-answered
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	a.res.Body.Close()
+	if a.res.StatusCode != http.StatusServiceUnavailable || a.res.Header.Get("Retry-After") == "" {
+		t.Errorf("post cut by the outage: %d Retry-After %q %q", a.res.StatusCode, a.res.Header.Get("Retry-After"), a.res.Header.Get("Service-Error"))
+	}
+	relay.set(relayUp)
+	apptest.WaitFor(t, "posts accepted again", func() bool {
+		return postOnce(s, []byte("after the outage\n")).code == http.StatusOK
+	})
+	// The row is removed once a commit has succeeded again, not at the
+	// next start (before the fix it stayed LOCKED until then). A bound on
+	// a hang, not a measure of speed.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var left []string
+		for _, st := range s.Streams() {
+			if st.Status != "UNLOCKED" {
+				left = append(left, fmt.Sprintf("stream %d (receipt %s) is %s", st.ID, st.ReceiptID, st.Status))
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the outage: %s", strings.Join(left, "; "))
+		}
+	}
+	// And the server's next start finds nothing of it either.
+	s = s.Restart()
+	if p := postOnce(s, []byte("after a restart\n")); p.code != http.StatusOK {
+		t.Fatalf("after a restart: %d %q", p.code, p.errText)
+	}
+	if n := len(s.Streams()); n != 2 {
+		t.Errorf("%d streams after a restart, want the 2 posts acknowledged", n)
+	}
+}
+
+// TestProxyMainDatabaseOutage: a weir proxy forwards to a main service
+// whose PostgreSQL goes down and is then partitioned, while senders post
+// to the proxy. The main service answers the proxy's forwards 503 with
+// Retry-After meanwhile; the proxy keeps them queued (nothing in its
+// failure area) and, once the database is back, delivers every post it
+// acknowledged to the main service exactly once (the proxy is a trusted
+// forwarder there, so a resend of a forward whose COMMIT went through
+// without its answer is recognised by its GUID).
+func TestProxyMainDatabaseOutage(t *testing.T) {
+	main, relay := outageServer(t, func(c *config.Config) {
+		c.Receive.DatabaseTimeout = config.Duration(2 * time.Second)
+		c.Receive.RetryAfter = config.Duration(time.Second)
+		c.Receive.AuthenticationRequired = true
+		c.Receive.TrustedForwarders = []string{"TOKEN:forwarder"}
+	})
+	key := pxAPIKey(t, main, "forwarder", "Forwarder")
+	px := pxProxy(t, "proxy-main-db", func(c *config.Proxy) {
+		c.ForwardHTTPDestinations[0].APIKey = key
+		c.Aggregator.MaxItemsPerAggregate = 4
+	}, main.URL+"/datafeed")
+	dest := pxDestName(t, px, 0)
+	sent := map[string]string{}
+	postSome := func(from, to int) {
+		for i := from; i < to; i++ {
+			data := fmt.Sprintf("proxied event %d\n", i)
+			sent[pxPost(t, px, testFeed, data)] = data
+		}
+	}
+	postSome(0, 8)
+	for i, state := range []relayState{relayDown, relayPartition} {
+		relay.set(state)
+		postSome(10*(i+1), 10*(i+1)+8)
+		apptest.WaitFor(t, "a forward refused while the main service's database is away", func() bool {
+			for _, f := range pxForwards(t, px, meta.ForwardFilter{Destination: dest, Retrying: true}) {
+				if f.State == meta.ForwardQueued {
+					return true
+				}
+			}
+			return false
+		})
+		time.Sleep(3 * time.Second) // retries meet the outage (Retry-After 1 s)
+		if fs := pxForwards(t, px, meta.ForwardFilter{State: meta.ForwardFailed}); len(fs) != 0 {
+			t.Fatalf("the main service's database outage put forwards in the failure area: %+v", fs)
+		}
+		for _, f := range pxForwards(t, px, meta.ForwardFilter{Destination: dest, Retrying: true}) {
+			if f.LastStatus != 0 && f.LastStatus != http.StatusServiceUnavailable {
+				t.Errorf("forward %d was last answered %d (%s); want 503 from a main service without its database", f.ID, f.LastStatus, f.Error)
+			}
+		}
+		relay.set(relayUp)
+	}
+	postSome(30, 38)
+
+	// Delivery after the outage takes the proxy's retry delays: a generous
+	// bound, not a measure of speed.
+	var parts []storedPart
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		parts = pxFeedParts(t, main, testFeed)
+		if len(parts) >= len(sent) && len(pxForwards(t, px, meta.ForwardFilter{})) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d parts at the main service of %d posts; forwards left: %+v", len(parts), len(sent), pxForwards(t, px, meta.ForwardFilter{}))
+		}
+	}
+	seen := map[string]int{}
+	for _, p := range parts {
+		first := pxFirstHop(p)
+		data, ok := sent[first]
+		if !ok {
+			t.Errorf("stream %d: first hop %q, which no sender got", p.stream, first)
+			continue
+		}
+		if string(p.data) != data {
+			t.Errorf("stream %d: %q, want %q", p.stream, p.data, data)
+		}
+		seen[first]++
+	}
+	for id, data := range sent {
+		if n := seen[id]; n != 1 {
+			t.Errorf("post %s (%q) arrived %d times at the main service", id, data, n)
+		}
+	}
 }

@@ -79,6 +79,42 @@ type Service struct {
 
 	mu      sync.Mutex
 	running map[string]context.CancelCauseFunc // operations running here, to cancel without waiting for a heartbeat
+
+	claimLog claimFailures // what the workers logged of failed claims
+}
+
+// claimFailures keeps failed claims out of the log while they repeat:
+// every worker polls every Poll (2 s), so a database that is down for an
+// hour logged an error per worker every 2 s. The first failure is logged,
+// then one a minute (claimLogInterval) with the count of those not logged,
+// and the first claim that succeeds after them once.
+type claimFailures struct {
+	mu       sync.Mutex
+	failing  bool
+	logged   time.Time
+	unlogged int
+}
+
+// claimLogInterval is the least time between two logged failures of the
+// claims, while they keep failing.
+const claimLogInterval = time.Minute
+
+func (c *claimFailures) observe(log *slog.Logger, err error, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil {
+		if c.failing {
+			log.Info("claiming operations works again", "notLogged", c.unlogged)
+			c.failing, c.unlogged = false, 0
+		}
+		return
+	}
+	if c.failing && now.Sub(c.logged) < claimLogInterval {
+		c.unlogged++
+		return
+	}
+	log.Error("claim operation; trying again every poll interval, logged at most once a minute", "err", err, "notLogged", c.unlogged)
+	c.failing, c.logged, c.unlogged = true, now, 0
 }
 
 // Errors a Handler's context can end with (context.Cause).
@@ -229,8 +265,8 @@ func (s *Service) work() {
 		}
 		now := s.opt.Now()
 		op, ok, err := s.opt.Repo.ClaimOperation(s.ctx, s.opt.Node, s.kinds, now.UnixMilli(), now.Add(s.opt.Lease).UnixMilli())
-		if err != nil && s.ctx.Err() == nil {
-			s.opt.Log.Error("claim operation", "err", err)
+		if s.ctx.Err() == nil {
+			s.claimLog.observe(s.opt.Log, err, now)
 		}
 		if ok {
 			// There may be more: let an idle worker look too.
@@ -365,13 +401,24 @@ func (s *Service) heartbeat(ctx context.Context, cancel context.CancelCauseFunc,
 		if next <= lease {
 			continue // the clock has not moved on enough to extend anything
 		}
-		err := s.opt.Repo.RenewOperation(ctx, r.Op.ID, s.opt.Node, lease, next, r.done.Load(), r.total.Load(), now.UnixMilli())
+		// Bounded: a database that stops answering without closing the
+		// connection (a partition) held the renewal, and this loop with
+		// it, until TCP gave up, so the lease lapsed unnoticed and another
+		// worker could run the operation while this one still did. A
+		// renewal that gets no answer within a third of the lease fails
+		// like any other, and the lease's lapse stops the operation.
+		rctx, rcancel := context.WithTimeout(ctx, s.opt.Lease/3)
+		err := s.opt.Repo.RenewOperation(rctx, r.Op.ID, s.opt.Node, lease, next, r.done.Load(), r.total.Load(), now.UnixMilli())
+		rcancel()
 		switch {
 		case err == nil:
 			lease = next
 		case errors.Is(err, meta.ErrLeaseLost):
 			cause := errLost
-			if op, gerr := s.opt.Repo.GetOperation(ctx, r.Op.ID); gerr == nil && op.State == meta.OpCancelled {
+			gctx, gcancel := context.WithTimeout(ctx, s.opt.Lease/3)
+			op, gerr := s.opt.Repo.GetOperation(gctx, r.Op.ID)
+			gcancel()
+			if gerr == nil && op.State == meta.OpCancelled {
 				cause = ErrCancelled
 			}
 			cancel(cause)

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -329,6 +332,144 @@ func TestTwoNodes(t *testing.T) {
 		for _, id := range ids {
 			if len(runs[id]) != 1 {
 				t.Errorf("%s ran on %v", id, runs[id])
+			}
+		}
+	})
+}
+
+// unanswering is a repository whose lease renewals get no answer while
+// held is set: each returns only when its context ends, as a call to a
+// PostgreSQL server cut off by a partition does (the connection stays
+// open, nothing comes back).
+type unanswering struct {
+	Repo
+	held atomic.Bool
+}
+
+func (u *unanswering) RenewOperation(ctx context.Context, id, node string, heldLease, newLease, done, total, nowMs int64) error {
+	if u.held.Load() {
+		<-ctx.Done()
+		return fmt.Errorf("renew operation %s: %w", id, ctx.Err())
+	}
+	return u.Repo.RenewOperation(ctx, id, node, heldLease, newLease, done, total, nowMs)
+}
+
+// TestRenewalUnanswered: while the database does not answer the lease's
+// renewals, the lease lapses and the operation is stopped on this node, as
+// when renewals fail; another worker may take it over by then. Before the
+// fix the renewal waited for ever (its context had no deadline), the
+// heartbeat with it, and the operation went on running after its lease
+// had lapsed.
+func TestRenewalUnanswered(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, d db) {
+		repo := &unanswering{Repo: d.open()}
+		started := make(chan struct{})
+		stopped := make(chan error, 1)
+		s := start(t, fastShortLease(repo, "node-1"), map[string]Handler{
+			"wait": func(ctx context.Context, r *Run) (any, error) {
+				close(started)
+				<-ctx.Done()
+				stopped <- context.Cause(ctx)
+				return nil, ctx.Err()
+			},
+		})
+		if _, err := s.Submit(context.Background(), "wait", "alice", struct{}{}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-started:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the operation did not start")
+		}
+		repo.held.Store(true)
+		// A bound on a hang, far above the lease: not a measure of speed.
+		select {
+		case cause := <-stopped:
+			if !errors.Is(cause, errLost) {
+				t.Errorf("stopped by %v, want the lease's loss", cause)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the operation still runs 30 s after its renewals stopped being answered (lease %v)", shortLease)
+		}
+		repo.held.Store(false)
+	})
+}
+
+// unclaimable is a repository whose claims fail while down is set, as
+// when the database refuses connections.
+type unclaimable struct {
+	Repo
+	down atomic.Bool
+}
+
+func (u *unclaimable) ClaimOperation(ctx context.Context, node string, kinds []string, nowMs, leaseMs int64) (meta.Operation, bool, error) {
+	if u.down.Load() {
+		return meta.Operation{}, false, errors.New("claim operation: failed to connect to the database: connection refused")
+	}
+	return u.Repo.ClaimOperation(ctx, node, kinds, nowMs, leaseMs)
+}
+
+// countingHandler counts log records by message.
+type countingHandler struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.counts[r.Message]++
+	h.mu.Unlock()
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+
+func (h *countingHandler) count(prefix string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for m, c := range h.counts {
+		if strings.HasPrefix(m, prefix) {
+			n += c
+		}
+	}
+	return n
+}
+
+// TestClaimFailuresLogged: while the database is down, the idle workers'
+// failed claims are logged once (then at most once a minute), not once
+// per worker per poll interval (an error every second by default, for as
+// long as the outage lasted), and the recovery once; operations submitted
+// meanwhile run when it is back.
+func TestClaimFailuresLogged(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, d db) {
+		repo := &unclaimable{Repo: d.open()}
+		logs := &countingHandler{counts: map[string]int{}}
+		opt := fast(repo, "node-1")
+		opt.Log = slog.New(logs)
+		repo.down.Store(true)
+		ran := make(chan struct{})
+		s := start(t, opt, map[string]Handler{
+			"noop": func(context.Context, *Run) (any, error) { close(ran); return nil, nil },
+		})
+		// Many polls (20 ms each) of both workers fail meanwhile.
+		time.Sleep(time.Second)
+		if n := logs.count("claim operation"); n != 1 {
+			t.Errorf("%d failed claims logged during the outage, want 1", n)
+		}
+		repo.down.Store(false)
+		if _, err := s.Submit(context.Background(), "noop", "alice", struct{}{}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ran:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the operation did not run after the outage")
+		}
+		for deadline := time.Now().Add(20 * time.Second); logs.count("claiming operations works again") != 1; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the recovery was logged %d times, want once", logs.count("claiming operations works again"))
 			}
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/weirhq/weir/internal/meta"
@@ -145,6 +146,9 @@ func (s *Store) finish(st *staged) {
 	if err == nil {
 		err = s.commitRows(st)
 	}
+	if err == nil {
+		s.retryLeftovers()
+	}
 	if err != nil && len(st.batch) > 1 && !meta.IsUnavailable(err) {
 		// One bad request must not fail its neighbours: retry each alone.
 		// Not when the database is unreachable: no request is to blame,
@@ -253,4 +257,56 @@ func (s *Store) commitRows(st *staged) error {
 		return fmt.Errorf("commit %d streams: %w", len(b.Create)+len(b.Unlock)+len(b.Delete)+len(b.Packed), err)
 	}
 	return nil
+}
+
+// leftovers are the rows and forwarded posts of aborted posts whose
+// removal failed (the metadata database was unavailable when the post
+// failed): LOCKED rows whose files are gone, which only the next start's
+// recovery removed, however soon the database came back.
+type leftovers struct {
+	mu       sync.Mutex
+	ids      []int64
+	forget   []meta.ForwardedPost
+	retrying bool
+}
+
+// keepLeftovers remembers an aborted post's rows whose removal failed.
+func (s *Store) keepLeftovers(ids []int64, forget []meta.ForwardedPost) {
+	l := &s.left
+	l.mu.Lock()
+	l.ids = append(l.ids, ids...)
+	l.forget = append(l.forget, forget...)
+	l.mu.Unlock()
+}
+
+// retryLeftovers removes the leftovers, if any, now that a commit has
+// succeeded (the database answers again). It runs on the committer's
+// goroutine, which must not wait for a request of its own: the removal is
+// submitted from another, one at a time.
+func (s *Store) retryLeftovers() {
+	l := &s.left
+	l.mu.Lock()
+	if l.retrying || (len(l.ids) == 0 && len(l.forget) == 0) {
+		l.mu.Unlock()
+		return
+	}
+	ids, forget := l.ids, l.forget
+	l.ids, l.forget, l.retrying = nil, nil, true
+	l.mu.Unlock()
+	go func() {
+		err := s.submit(context.Background(), &request{delete: ids, forget: forget})
+		l.mu.Lock()
+		l.retrying = false
+		if err != nil {
+			l.ids = append(l.ids, ids...)
+			l.forget = append(l.forget, forget...)
+		}
+		l.mu.Unlock()
+		switch {
+		case err == nil:
+			s.opt.Logger.Info("removed the rows of posts aborted while the metadata database was unavailable", "ids", ids, "forwardedPosts", len(forget))
+		case !errors.Is(err, ErrClosed):
+			s.opt.Logger.Warn("cannot remove the rows of aborted posts yet; trying again after the next commit", "ids", ids, "err", err)
+		}
+	}()
 }

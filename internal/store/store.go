@@ -105,6 +105,7 @@ type Store struct {
 	done        chan struct{}
 	closeMu     sync.RWMutex // held for reading while a request is submitted; Close takes it to stop submissions
 	closed      bool
+	left        leftovers // rows of aborted posts still to remove (see retryLeftovers)
 }
 
 // ErrNotReadable is returned by Open for a stream that exists but is not
@@ -658,12 +659,17 @@ func (p *Post) Abort() {
 	if len(ids) == 0 && len(forget) == 0 {
 		return
 	}
-	// A failed delete leaves LOCKED rows that the next start removes; the
-	// post was never acknowledged, so nothing is lost either way. (A
-	// commit whose answer was lost is not aborted but abandoned: its rows
-	// may be committed, and their files must stay.)
+	// A failed delete (the database unavailable, most likely what failed
+	// the post too) is tried again after the next commit that succeeds;
+	// the next start's recovery removes the LOCKED rows anyway. The post
+	// was never acknowledged, so nothing is lost either way. (A commit
+	// whose answer was lost is not aborted but abandoned: its rows may be
+	// committed, and their files must stay.)
 	if err := p.s.submit(context.Background(), &request{delete: ids, forget: forget}); err != nil {
-		p.s.opt.Logger.Warn("abort: stream rows left for cleanup at next start", "ids", ids, "err", err)
+		p.s.opt.Logger.Warn("abort: stream rows left behind; removed after the next commit that succeeds, or at the next start", "ids", ids, "err", err)
+		if !errors.Is(err, ErrClosed) {
+			p.s.keepLeftovers(ids, forget)
+		}
 	}
 }
 
