@@ -251,6 +251,10 @@ func (s *Store) scan() {
 	}
 	changed := false
 	seen := map[string]bool{}
+	// What changed is logged once it is in effect (after rebuild): a log
+	// line saying that a file's keys authenticate, or no longer do, must
+	// be true when it is read.
+	var logs []func()
 	for _, e := range entries {
 		name := e.Name()
 		if !strings.EqualFold(filepath.Ext(name), ".json") {
@@ -268,19 +272,25 @@ func (s *Store) scan() {
 		if old != nil && !old.retry && sameFile(old.info, fi) {
 			continue
 		}
-		st := s.load(path, fi, old)
+		st := s.load(path, fi, old, &logs)
 		s.files[name] = st
 		changed = true
 	}
 	for name := range s.files {
 		if !seen[name] {
 			delete(s.files, name)
-			s.log.Info("data feed identity file removed; its identities no longer authenticate", "file", filepath.Join(s.dir, name))
+			path := filepath.Join(s.dir, name)
+			logs = append(logs, func() {
+				s.log.Info("data feed identity file removed; its identities no longer authenticate", "file", path)
+			})
 			changed = true
 		}
 	}
 	if changed {
 		s.rebuild()
+	}
+	for _, l := range logs {
+		l()
 	}
 }
 
@@ -292,12 +302,12 @@ func sameFile(a, b fs.FileInfo) bool {
 // nothing until it changes: failing closed means an edit that breaks a file
 // cannot leave a removed key working. Write files by rename to avoid a
 // window where a half-written file is read.
-func (s *Store) load(path string, fi fs.FileInfo, old *fileState) *fileState {
+func (s *Store) load(path string, fi fs.FileInfo, old *fileState, logs *[]func()) *fileState {
 	st := &fileState{info: fi}
 	logOnce := func(msg string, err error) {
 		st.lastErr = err.Error()
 		if old == nil || old.lastErr != st.lastErr {
-			s.log.Error(msg, "file", path, "err", err)
+			*logs = append(*logs, func() { s.log.Error(msg, "file", path, "err", err) })
 		}
 	}
 	data, info, err := readFile(path)
@@ -315,11 +325,13 @@ func (s *Store) load(path string, fi fs.FileInfo, old *fileState) *fileState {
 		return st
 	}
 	st.parsed = p
-	for _, reason := range p.ignored {
-		s.log.Warn("data feed identity ignored", "file", path, "reason", reason)
-	}
-	s.log.Info("data feed identity file loaded", "file", path,
-		"keys", len(p.keys), "certificateIdentities", len(p.certs), "expired", p.expired, "ignored", len(p.ignored))
+	*logs = append(*logs, func() {
+		for _, reason := range p.ignored {
+			s.log.Warn("data feed identity ignored", "file", path, "reason", reason)
+		}
+		s.log.Info("data feed identity file loaded", "file", path,
+			"keys", len(p.keys), "certificateIdentities", len(p.certs), "expired", p.expired, "ignored", len(p.ignored))
+	})
 	return st
 }
 
