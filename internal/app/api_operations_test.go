@@ -130,11 +130,20 @@ func accepted(t *testing.T, r apiResp, what string) string {
 func poll(t *testing.T, c apiClient, path string) operation {
 	t.Helper()
 	var op operation
-	apptest.WaitFor(t, "operation "+path+" to finish", func() bool {
+	// Generous: an export of 192 MiB (TestAPIOperationsAcrossARestart) took
+	// over 10 s under -race on a loaded CI machine. A bound on a hang only.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
 		op = operation{}
 		c.do("GET", path, "").want(t, "poll operation", 200, &op)
-		return op.FinishTime != ""
-	})
+		if op.FinishTime != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for operation %s to finish: %+v", path, op)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if !dateRE.MatchString(op.CreateTime) || !dateRE.MatchString(op.FinishTime) {
 		t.Errorf("operation times %q %q", op.CreateTime, op.FinishTime)
 	}
