@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/repeatlog"
 )
 
 // Handler runs one operation. It returns the result (encoded as JSON) or
@@ -80,42 +81,14 @@ type Service struct {
 	mu      sync.Mutex
 	running map[string]context.CancelCauseFunc // operations running here, to cancel without waiting for a heartbeat
 
-	claimLog claimFailures // what the workers logged of failed claims
-}
-
-// claimFailures keeps failed claims out of the log while they repeat:
-// every worker polls every Poll (2 s), so a database that is down for an
-// hour logged an error per worker every 2 s. The first failure is logged,
-// then one a minute (claimLogInterval) with the count of those not logged,
-// and the first claim that succeeds after them once.
-type claimFailures struct {
-	mu       sync.Mutex
-	failing  bool
-	logged   time.Time
-	unlogged int
+	claimLog *repeatlog.Failures // what the workers logged of failed claims
 }
 
 // claimLogInterval is the least time between two logged failures of the
-// claims, while they keep failing.
+// claims, while they keep failing: every worker polls every Poll (2 s), so
+// a database that is down for an hour logged an error per worker every
+// 2 s.
 const claimLogInterval = time.Minute
-
-func (c *claimFailures) observe(log *slog.Logger, err error, now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err == nil {
-		if c.failing {
-			log.Info("claiming operations works again", "notLogged", c.unlogged)
-			c.failing, c.unlogged = false, 0
-		}
-		return
-	}
-	if c.failing && now.Sub(c.logged) < claimLogInterval {
-		c.unlogged++
-		return
-	}
-	log.Error("claim operation; trying again every poll interval, logged at most once a minute", "err", err, "notLogged", c.unlogged)
-	c.failing, c.logged, c.unlogged = true, now, 0
-}
 
 // Errors a Handler's context can end with (context.Cause).
 var (
@@ -152,7 +125,8 @@ func New(opt Options) *Service {
 	}
 	ctx, stop := context.WithCancelCause(context.Background())
 	return &Service{opt: opt, handlers: map[string]Handler{}, wake: make(chan struct{}, 1),
-		ctx: ctx, stop: stop, running: map[string]context.CancelCauseFunc{}}
+		ctx: ctx, stop: stop, running: map[string]context.CancelCauseFunc{},
+		claimLog: repeatlog.New(claimLogInterval)}
 }
 
 // Register sets the handler of a kind. It must be called before Start.
@@ -266,7 +240,9 @@ func (s *Service) work() {
 		now := s.opt.Now()
 		op, ok, err := s.opt.Repo.ClaimOperation(s.ctx, s.opt.Node, s.kinds, now.UnixMilli(), now.Add(s.opt.Lease).UnixMilli())
 		if s.ctx.Err() == nil {
-			s.claimLog.observe(s.opt.Log, err, now)
+			s.claimLog.Observe(s.opt.Log, slog.LevelError, err,
+				"claim operation; trying again every poll interval, logged at most once a minute",
+				"claiming operations works again")
 		}
 		if ok {
 			// There may be more: let an idle worker look too.

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/internal/logtest"
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/meta/metatest"
 )
@@ -409,34 +409,6 @@ func (u *unclaimable) ClaimOperation(ctx context.Context, node string, kinds []s
 	return u.Repo.ClaimOperation(ctx, node, kinds, nowMs, leaseMs)
 }
 
-// countingHandler counts log records by message.
-type countingHandler struct {
-	mu     sync.Mutex
-	counts map[string]int
-}
-
-func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	h.counts[r.Message]++
-	h.mu.Unlock()
-	return nil
-}
-func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
-
-func (h *countingHandler) count(prefix string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for m, c := range h.counts {
-		if strings.HasPrefix(m, prefix) {
-			n += c
-		}
-	}
-	return n
-}
-
 // TestClaimFailuresLogged: while the database is down, the idle workers'
 // failed claims are logged once (then at most once a minute), not once
 // per worker per poll interval (an error every second by default, for as
@@ -445,7 +417,7 @@ func (h *countingHandler) count(prefix string) int {
 func TestClaimFailuresLogged(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, d db) {
 		repo := &unclaimable{Repo: d.open()}
-		logs := &countingHandler{counts: map[string]int{}}
+		logs := &logtest.Counter{}
 		opt := fast(repo, "node-1")
 		opt.Log = slog.New(logs)
 		repo.down.Store(true)
@@ -455,7 +427,7 @@ func TestClaimFailuresLogged(t *testing.T) {
 		})
 		// Many polls (20 ms each) of both workers fail meanwhile.
 		time.Sleep(time.Second)
-		if n := logs.count("claim operation"); n != 1 {
+		if n := logs.Count("claim operation"); n != 1 {
 			t.Errorf("%d failed claims logged during the outage, want 1", n)
 		}
 		repo.down.Store(false)
@@ -467,9 +439,9 @@ func TestClaimFailuresLogged(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatal("the operation did not run after the outage")
 		}
-		for deadline := time.Now().Add(20 * time.Second); logs.count("claiming operations works again") != 1; time.Sleep(10 * time.Millisecond) {
+		for deadline := time.Now().Add(20 * time.Second); logs.Count("claiming operations works again") != 1; time.Sleep(10 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("the recovery was logged %d times, want once", logs.count("claiming operations works again"))
+				t.Fatalf("the recovery was logged %d times, want once", logs.Count("claiming operations works again"))
 			}
 		}
 	})

@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/repeatlog"
 )
 
 // aggregator puts complete streams into aggregates and closes them. It
@@ -21,6 +23,7 @@ type aggregator struct {
 	since        int64                         // streams completed before this are all assigned
 	nextFullScan time.Time
 	notify       chan struct{}
+	failures     *repeatlog.Failures // failed passes: one a tick while the database is down
 }
 
 // batchLimit is how many streams one aggregator transaction takes.
@@ -39,7 +42,7 @@ const sinceMargin = 3 * time.Second
 const minPassGap = 50 * time.Millisecond
 
 func newAggregator(p *Proxy, cfg config.Aggregator) *aggregator {
-	return &aggregator{p: p, cfg: cfg, notify: make(chan struct{}, 1)}
+	return &aggregator{p: p, cfg: cfg, notify: make(chan struct{}, 1), failures: repeatlog.New(failureLogInterval)}
 }
 
 // wake asks for a pass soon (a post was stored).
@@ -71,8 +74,11 @@ func (g *aggregator) run(ctx context.Context) {
 			}
 		}
 		more, err := g.pass(ctx)
-		if err != nil && ctx.Err() == nil {
-			g.p.log.Error("aggregation failed; retrying", "err", err)
+		if ctx.Err() == nil {
+			g.failures.Observe(g.p.log, slog.LevelError, err,
+				"aggregation failed; retrying every pass, logged at most once a minute", "aggregation works again")
+		}
+		if err != nil {
 			g.open = nil // reload from the database: memory may be ahead of it
 			more = false
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/repeatlog"
 )
 
 // forwarder sends aggregates to one destination with its own workers, so
@@ -32,10 +33,12 @@ type forwarder struct {
 	inflight map[int64]bool
 	live     atomic.Bool
 	wg       sync.WaitGroup
+	readFail *repeatlog.Failures // failed reads of the queue: one every pollInterval while the database is down
 }
 
 func newForwarder(p *Proxy, d Destination, q config.Queue) *forwarder {
-	f := &forwarder{p: p, dest: d, q: q, notify: make(chan struct{}, 1), done: make(chan struct{}, 1), inflight: map[int64]bool{}}
+	f := &forwarder{p: p, dest: d, q: q, notify: make(chan struct{}, 1), done: make(chan struct{}, 1), inflight: map[int64]bool{},
+		readFail: repeatlog.New(failureLogInterval)}
 	f.live.Store(true)
 	return f
 }
@@ -62,8 +65,13 @@ func (f *forwarder) run(ctx context.Context) {
 		wait := pollInterval
 		if f.live.Load() {
 			var err error
-			if wait, err = f.dispatch(ctx); err != nil && ctx.Err() == nil {
-				f.p.log.Error("forwarding: cannot read the queue", "destination", f.dest.Name(), "err", err)
+			wait, err = f.dispatch(ctx)
+			if ctx.Err() == nil {
+				f.readFail.Observe(f.p.log, slog.LevelError, err,
+					"forwarding: cannot read the queue; retrying every 2 s, logged at most once a minute",
+					"forwarding: the queue can be read again", "destination", f.dest.Name())
+			}
+			if err != nil {
 				wait = pollInterval
 			}
 		}

@@ -3,12 +3,15 @@ package proxy
 import (
 	"context"
 	"io"
+	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/logtest"
 	"github.com/weirhq/weir/internal/meta"
 )
 
@@ -60,5 +63,37 @@ func TestSendWaitsWhenTheQueueCannotBeRead(t *testing.T) {
 	}
 	if n := dest.sends.Load(); n != 0 {
 		t.Errorf("%d sends reached the destination without the aggregate's streams", n)
+	}
+}
+
+// TestDatabaseDownLoggedOnce: while the database is down, the proxy's
+// tasks that retry every second or so (aggregation, each forwarder's
+// queue reads, housekeeping) log their failure once, not once a try.
+func TestDatabaseDownLoggedOnce(t *testing.T) {
+	repo, err := meta.Open(t.Context(), "", t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := repo.Close(); err != nil { // every query fails from now on
+		t.Fatal(err)
+	}
+	logs := &logtest.Counter{}
+	p := New(Options{Repo: repo, Log: slog.New(logs),
+		Aggregator: config.Aggregator{AggregationFrequency: config.Duration(100 * time.Millisecond)}})
+	f := newForwarder(p, &countingDest{}, config.Queue{ForwardThreadCount: 1})
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context){p.agg.run, f.run, p.housekeeping} {
+		wg.Go(func() { run(ctx) })
+	}
+	// Tries meanwhile: aggregation every 25 ms, the queue every 2 s,
+	// housekeeping every second.
+	time.Sleep(4500 * time.Millisecond)
+	cancel()
+	wg.Wait()
+	for _, m := range []string{"aggregation failed", "forwarding: cannot read the queue", "proxy housekeeping failed"} {
+		if n := logs.Count(m); n != 1 {
+			t.Errorf("%q logged %d times in 4.5 s, want once", m, n)
+		}
 	}
 }

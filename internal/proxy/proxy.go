@@ -15,6 +15,7 @@ import (
 
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/repeatlog"
 	"github.com/weirhq/weir/internal/store"
 )
 
@@ -51,12 +52,20 @@ type Proxy struct {
 	agg        *aggregator
 	forwarders []*forwarder
 
+	housekeepFail *repeatlog.Failures // failed housekeeping: one a second while the database is down
+
 	pending atomic.Int64 // bytes in the repository: recounted by housekeeping, and added to by each post stored
 	free    atomic.Int64 // free bytes on the data volume (-1: unknown)
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
+
+// failureLogInterval is the least time between two logged failures of a
+// task that retries every second or so (aggregation, forwarding's queue
+// reads, housekeeping) while they keep failing, as while the database is
+// down: the first is logged, then one a minute, then the recovery.
+const failureLogInterval = time.Minute
 
 // New builds a Proxy; Start runs it.
 func New(opt Options) *Proxy {
@@ -70,7 +79,7 @@ func New(opt Options) *Proxy {
 		opt.Now = time.Now
 	}
 	p := &Proxy{opt: opt, repo: opt.Repo, store: opt.Store, log: opt.Log, sendLog: opt.SendLog, now: opt.Now,
-		metrics: newMetrics(opt.Registry)}
+		metrics: newMetrics(opt.Registry), housekeepFail: repeatlog.New(failureLogInterval)}
 	p.free.Store(-1)
 	p.agg = newAggregator(p, opt.Aggregator)
 	for _, t := range opt.Targets {
@@ -165,8 +174,9 @@ func (p *Proxy) housekeeping(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := p.housekeep(ctx); err != nil && ctx.Err() == nil {
-				p.log.Warn("proxy housekeeping failed", "err", err)
+			if err := p.housekeep(ctx); ctx.Err() == nil {
+				p.housekeepFail.Observe(p.log, slog.LevelWarn, err,
+					"proxy housekeeping failed; retrying every second, logged at most once a minute", "proxy housekeeping works again")
 			}
 		}
 	}

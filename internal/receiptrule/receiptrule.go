@@ -28,6 +28,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/repeatlog"
 	"github.com/weirhq/weir/internal/streamquery"
 )
 
@@ -209,7 +210,15 @@ type Source struct {
 	cur    atomic.Pointer[loaded]
 	loadMu sync.Mutex // held while the Store is read
 	stale  atomic.Bool
+	// failures keeps a refresh that fails on every period (the database
+	// down for an hour: one a refresh period, 5 s by default, while posts
+	// arrive) from filling the log.
+	failures *repeatlog.Failures
 }
+
+// failureLogInterval is the least time between two logged failures to
+// refresh the rules while they keep failing.
+const failureLogInterval = time.Minute
 
 type loaded struct {
 	set     *Set
@@ -226,7 +235,7 @@ func NewSource(store Store, refresh time.Duration, log *slog.Logger) *Source {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Source{store: store, log: log, refresh: refresh, now: time.Now}
+	return &Source{store: store, log: log, refresh: refresh, now: time.Now, failures: repeatlog.New(failureLogInterval)}
 }
 
 // Invalidate makes the next Current read the rules again.
@@ -264,9 +273,15 @@ func (s *Source) Current(ctx context.Context) (*Set, error) {
 		}
 		// Keep deciding by the last good set, and try again after a
 		// period rather than on every post while the store is down.
-		s.log.Error("receipt rules: refresh failed; the rules read before stay in effect", "version", l.version, "err", err)
+		if log, n := s.failures.Failed(s.now()); log {
+			s.log.Error("receipt rules: refresh failed; the rules read before stay in effect, refresh tried again every period, logged at most once a minute",
+				"version", l.version, "err", err, "notLogged", n)
+		}
 		s.cur.Store(&loaded{set: l.set, version: l.version, checked: s.now()})
 		return l.set, nil
+	}
+	if log, n := s.failures.Succeeded(); log {
+		s.log.Info("receipt rules: refresh works again", "version", next.version, "notLogged", n)
 	}
 	s.cur.Store(next)
 	return next.set, nil

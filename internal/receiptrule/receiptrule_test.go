@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/weirhq/weir/internal/attr"
+	"github.com/weirhq/weir/internal/logtest"
 	"github.com/weirhq/weir/internal/meta"
 )
 
@@ -274,5 +276,47 @@ func BenchmarkDecide(b *testing.B) {
 		if d := set.Decide(get); d.Rule != 100 {
 			b.Fatalf("rule %d", d.Rule)
 		}
+	}
+}
+
+// TestSourceFailedRefreshLogged: while the store stays down, a failed
+// refresh (one a period, as long as posts arrive) is logged once, then at
+// most once a minute with the count left out, and the recovery once.
+func TestSourceFailedRefreshLogged(t *testing.T) {
+	ctx := t.Context()
+	st := &fakeStore{}
+	st.set(`[{"action":"DROP"}]`, 1, nil)
+	var logs logtest.Counter
+	src := NewSource(st, 5*time.Second, slog.New(&logs))
+	now := time.Unix(1000, 0)
+	src.now = func() time.Time { return now }
+	if _, err := src.Current(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st.set(`[{"action":"DROP"}]`, 1, errors.New("database down"))
+	for range 12 { // failed refreshes from 5 s to 60 s
+		now = now.Add(5 * time.Second)
+		if _, err := src.Current(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := logs.Count("receipt rules: refresh failed"); n != 1 {
+		t.Errorf("%d failed refreshes logged within a minute, want 1", n)
+	}
+	now = now.Add(5 * time.Second) // a minute after the first logged
+	src.Current(ctx)
+	if n := logs.Count("receipt rules: refresh failed"); n != 2 {
+		t.Errorf("%d failed refreshes logged in a minute, want 2", n)
+	}
+	if got := logs.Last("notLogged").Int64(); got != 11 {
+		t.Errorf("the second logged failure counts %d left out, want 11", got)
+	}
+	st.set(`[{"action":"DROP"}]`, 1, nil)
+	for range 3 {
+		now = now.Add(5 * time.Second)
+		src.Current(ctx)
+	}
+	if n := logs.Count("receipt rules: refresh works again"); n != 1 {
+		t.Errorf("the recovery was logged %d times, want once", n)
 	}
 }
