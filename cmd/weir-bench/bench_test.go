@@ -32,7 +32,7 @@ func TestHarnessQuick(t *testing.T) {
 	for _, s := range scenarios() {
 		switch s.name {
 		case "proxy":
-			want[s.name] = []string{tWeir, tProxy, tProxyStored}
+			want[s.name] = []string{tWeir, tProxy, tProxyDeflate}
 		case "rate":
 			want[s.name] = []string{tWeir}
 		default:
@@ -47,7 +47,7 @@ func TestHarnessQuick(t *testing.T) {
 				t.Errorf("%s %s: no row", scen, target)
 			case r.PostsPerS <= 0 || r.MiBPerS <= 0:
 				t.Errorf("%s %s: rate %v posts/s, %v MiB/s", scen, target, r.PostsPerS, r.MiBPerS)
-			case (target == tProxy || target == tProxyStored) && r.E2E <= 0:
+			case (target == tProxy || target == tProxyDeflate) && r.E2E <= 0:
 				t.Errorf("%s: end-to-end rate %v", target, r.E2E)
 			case r.RSS <= 0:
 				t.Errorf("%s %s: no peak RSS", scen, target)

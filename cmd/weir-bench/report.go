@@ -133,7 +133,7 @@ func (r *report) evaluate() {
 			mib := float64(weir.RSS) / (1 << 20)
 			add(scen, "weir peak RSS", fmt.Sprintf("%.1f MiB", mib), "< 100 MiB", weir.RSS > 0 && mib < 100)
 		}
-		for _, t := range []string{tProxy, tProxyStored} {
+		for _, t := range []string{tProxy, tProxyDeflate} {
 			px := r.find(scen, t)
 			if px == nil || weir == nil {
 				continue

@@ -26,9 +26,10 @@ const (
 	tNaive = "naive" // weir-baseline -mode fsync
 	tWeir  = "weir"  // weir serve
 	tProxy = "proxy" // sender -> weir proxy -> weir serve
-	// tProxyStored is tProxy forwarding zips whose entries are stored, not
-	// deflated (the destination's compressionLevel 0).
-	tProxyStored = "proxy-stored"
+	// tProxyDeflate is tProxy forwarding zips whose entries are deflated
+	// at level 1 (zipCompression: standard), as it does to a downstream
+	// that does not read S2 entries (the reference system).
+	tProxyDeflate = "proxy-deflate"
 )
 
 func scenarios() []scenario {
@@ -93,8 +94,8 @@ func scenarios() []scenario {
 			name: "proxy",
 			describe: func(o *options) string {
 				return fmt.Sprintf("45k posts (%d senders, %s) straight to weir serve, and to weir proxy (aggregation on, "+
-					"aggregationFrequency 1s) forwarding to weir serve, with its defaults (proxy: entries deflated at level 1) and with "+
-					"compressionLevel 0 (proxy-stored); proxy rate = posts / time until the main service has every one", o.conc, o.proxyDur)
+					"aggregationFrequency 1s) forwarding to weir serve, with its defaults (proxy: S2 entries, which weir serve announces it reads) and with "+
+					"zipCompression: standard (proxy-deflate: entries deflated at level 1, as to the reference system); proxy rate = posts / time until the main service has every one", o.conc, o.proxyDur)
 			},
 			run: runProxy,
 		},
@@ -244,10 +245,10 @@ func (h *harness) startTarget(scen, target string) (*server, error) {
 			return nil, err
 		}
 		s.procs, s.url = []*proc{p}, url
-	case tProxy, tProxyStored:
-		level := 1
-		if target == tProxyStored {
-			level = 0
+	case tProxy, tProxyDeflate:
+		zipCompression := "auto"
+		if target == tProxyDeflate {
+			zipCompression = "standard"
 		}
 		mainDir := filepath.Join(dir, "main")
 		if err := os.MkdirAll(mainDir, 0o755); err != nil {
@@ -269,10 +270,10 @@ aggregator:
 forwardHttpDestinations:
   - name: main
     forwardUrl: %s
-    compressionLevel: %d
+    zipCompression: %s
     queue:
       retryDelay: 1s
-`, mainURL, level))
+`, mainURL, zipCompression))
 		if err != nil {
 			mp.stop()
 			return nil, err
@@ -518,12 +519,12 @@ func (h *harness) waitArrived(data string, want int64, timeout time.Duration) (t
 
 // runProxy measures sender -> weir proxy -> weir serve against sending
 // straight to weir serve, with the same 45 KiB posts, for a proxy with the
-// default settings and one forwarding stored (not deflated) zips.
+// default settings (S2 entries) and one forwarding deflated zips.
 func runProxy(h *harness, sc scenario) error {
 	args := func(d time.Duration) []string {
 		return []string{"-c", strconv.Itoa(h.o.conc), "-d", d.String(), "-lines", "999", "-chunked"}
 	}
-	servers, err := h.startAll(sc.name, []string{tWeir, tProxy, tProxyStored})
+	servers, err := h.startAll(sc.name, []string{tWeir, tProxy, tProxyDeflate})
 	if err != nil {
 		return err
 	}

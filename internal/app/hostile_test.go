@@ -34,6 +34,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/weirhq/weir/internal/access"
@@ -174,6 +175,39 @@ func zipBomb(t testing.TB, mib int64) []byte {
 	}
 	if _, err := io.Copy(w, d.reader()); err != nil {
 		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// s2ZipBomb is a zip with one S2 entry (stroomzip.MethodS2, as a weir
+// proxy sends) of mib MiB of zeros: one framed S2 block of 256 KiB of
+// zeros, repeated (about 40 bytes each).
+func s2ZipBomb(t testing.TB, mib int64) []byte {
+	t.Helper()
+	var one bytes.Buffer
+	sw := s2.NewWriter(&one, s2.WriterConcurrency(1), s2.WriterBlockSize(256<<10))
+	if _, err := sw.Write(make([]byte, 256<<10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	const streamID = 10 // the stream identifier chunk: type, 3 bytes of length, "S2sTwO"
+	head, block := one.Bytes()[:streamID], one.Bytes()[streamID:]
+	var b bytes.Buffer
+	zw := zip.NewWriter(&b)
+	n := mib * 4
+	w, err := zw.CreateRaw(&zip.FileHeader{Name: "bomb.dat", Method: stroomzip.MethodS2,
+		CompressedSize64: uint64(len(head)) + uint64(n)*uint64(len(block)), UncompressedSize64: uint64(mib << 20)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(head)
+	for range n {
+		w.Write(block)
 	}
 	if err := zw.Close(); err != nil {
 		t.Fatal(err)
@@ -434,6 +468,7 @@ func TestHostileMemoryBound(t *testing.T) {
 		tooLarge("zstd bomb 10 GiB (Content-Encoding: zstd, 1 MiB window)", []string{"Content-Encoding: zstd"},
 			bytesBody(zstdFrame(20, bomb*8, true)), "decompressed data is larger"),
 		tooLarge("zip bomb: one entry of 10 GiB", []string{"Compression: ZIP"}, bytesBody(zipBomb(t, bomb)), "entries decompress to more"),
+		tooLarge("zip bomb: one S2 entry of 10 GiB", []string{"Compression: ZIP"}, bytesBody(s2ZipBomb(t, bomb)), "entries decompress to more"),
 		tooLarge("zip of 1000 entries of 1 MiB", []string{"Compression: ZIP"}, bytesBody(zipOfBombs(t, 1000)), "entries decompress to more"),
 		tooLarge("zip of 20000 entries", []string{"Compression: ZIP"}, bytesBody(zipOfEntries(t, 20000)), "maxZipEntries"),
 		{name: "zip of 5000 entries", hdr: []string{feed, "Compression: ZIP"}, body: bytesBody(zipOfEntries(t, 5000)), code: 200, parts: 5000},

@@ -17,6 +17,7 @@ import (
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/repeatlog"
+	"github.com/weirhq/weir/internal/stroomzip"
 )
 
 // forwarder sends aggregates to one destination with its own workers, so
@@ -169,12 +170,14 @@ func (f *forwarder) send(ctx context.Context, fw meta.Forward) {
 	}
 	attrs := commonAttributes(fw.Aggregate, streams)
 	start := f.p.now()
-	level := flate.BestSpeed
-	if z, ok := f.dest.(interface{ ZipLevel() int }); ok {
-		level = z.ZipLevel()
+	newZip := func(w io.Writer) *stroomzip.Writer { return stroomzip.NewWriterLevel(w, flate.BestSpeed) }
+	if z, ok := f.dest.(interface {
+		NewZip(io.Writer) *stroomzip.Writer
+	}); ok {
+		newZip = z.NewZip
 	}
 	out := f.dest.Send(ctx, fw.Aggregate, attrs, func(w io.Writer) error {
-		return writeZip(ctx, st, streams, level, w)
+		return writeZip(ctx, st, streams, newZip(w))
 	})
 	if out.Duration == 0 {
 		out.Duration = f.p.now().Sub(start)

@@ -20,6 +20,7 @@ import (
 	"github.com/weirhq/weir/internal/auth"
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/receive"
+	"github.com/weirhq/weir/internal/stroomzip"
 )
 
 // defaultSendTimeout bounds one forward when the configuration sets none
@@ -108,6 +109,7 @@ type Result struct {
 	Message    string        // Service-Error, else Stroom-Error, else the HTTP status text; or the transport or body error
 	Receipt    string        // on success: the response body trimmed (the downstream's receipt id), bounded read
 	RetryAfter time.Duration // from Retry-After (seconds or HTTP date); 0 if absent
+	ReadsS2    bool          // the answer says the downstream reads zips of S2 entries (stroomzip.S2Header)
 	Bytes      int64         // body bytes sent
 	Duration   time.Duration
 	// Err is a transport error (connection refused, timeout, TLS) or an
@@ -487,7 +489,21 @@ func classify(resp *http.Response) Result {
 		res.Receipt = strings.TrimSpace(string(b))
 	}
 	res.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	res.ReadsS2 = readsS2(resp.Header)
 	return res
+}
+
+// readsS2 reports whether a downstream's answer lists the S2 zip method
+// (stroomzip.S2Header: a comma-separated list, in any case).
+func readsS2(h http.Header) bool {
+	for _, v := range h.Values(stroomzip.S2Header) {
+		for m := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(m), stroomzip.S2HeaderValue) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // failed is the result of a post that got no answer.

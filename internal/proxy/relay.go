@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/receive"
+	"github.com/weirhq/weir/internal/stroomzip"
 )
 
 // HTTPDestination forwards aggregates to a downstream /datafeed.
@@ -17,6 +19,10 @@ type HTTPDestination struct {
 	name   string
 	sender *HTTPSender
 	cfg    config.HTTPDestination
+	// readsS2 is what the downstream's last answer said of zips of S2
+	// entries (stroomzip.S2Header). Until it answers once, it is sent the
+	// standard methods.
+	readsS2 atomic.Bool
 }
 
 // NewHTTPDestination builds an HTTP destination.
@@ -32,7 +38,25 @@ func (d *HTTPDestination) Name() string                   { return d.name }
 func (d *HTTPDestination) Target() string                 { return d.sender.URL() }
 func (d *HTTPDestination) HasLiveness() bool              { return d.cfg.LivenessCheckURL != "" }
 func (d *HTTPDestination) Live(ctx context.Context) error { return d.sender.Live(ctx) }
-func (d *HTTPDestination) ZipLevel() int                  { return d.cfg.ZipLevel() }
+
+// NewZip starts the zip of a send on w, the body writer Send gave the
+// send's write function: S2 entries when Send chose them, else entries
+// deflated at compressionLevel (stored at 0).
+func (d *HTTPDestination) NewZip(w io.Writer) *stroomzip.Writer {
+	if c, ok := w.(*s2Body); ok && c.s2 {
+		return stroomzip.NewWriterS2(w)
+	}
+	return stroomzip.NewWriterLevel(w, d.cfg.ZipLevel())
+}
+
+// s2Body is a send's body writer with Send's choice of S2 entries, made
+// once per send: sends run concurrently, and an answer to one changes
+// what the next chooses, while each send's refusal must be read by what
+// it sent.
+type s2Body struct {
+	io.Writer
+	s2 bool
+}
 
 // Sender is the destination's HTTP client.
 func (d *HTTPDestination) Sender() *HTTPSender { return d.sender }
@@ -40,8 +64,22 @@ func (d *HTTPDestination) Sender() *HTTPSender { return d.sender }
 // Send posts the aggregate as a zip (Compression: ZIP) with its common
 // allow-listed attributes as headers.
 func (d *HTTPDestination) Send(ctx context.Context, _ meta.Aggregate, attrs *attr.Map, write func(io.Writer) error) Outcome {
-	r := d.sender.PostStream(ctx, d.sender.Headers(attrs, "ZIP"), write)
-	return outcomeOf(r)
+	s2 := d.cfg.ZipS2() && d.readsS2.Load()
+	r := d.sender.PostStream(ctx, d.sender.Headers(attrs, "ZIP"), func(w io.Writer) error {
+		return write(&s2Body{Writer: w, s2: s2})
+	})
+	if r.HTTPStatus != 0 {
+		d.readsS2.Store(r.ReadsS2)
+	}
+	out := outcomeOf(r)
+	if s2 && !out.OK && r.HTTPStatus != 0 && !r.ReadsS2 {
+		// Sent S2 to a downstream that no longer reads it (replaced by
+		// another system, or an older weir): its refusal says nothing of
+		// the aggregate, which goes again with the standard methods.
+		out.Permanent = false
+		out.Message = "the downstream no longer announces S2 zips (" + stroomzip.S2Header + "); sent again with deflate: " + out.Message
+	}
+	return out
 }
 
 func outcomeOf(r Result) Outcome {

@@ -17,11 +17,10 @@ import (
 // every part of every stream, in order, renumbered from 0000000001, each
 // with its full attributes as its .meta entry (so ReceiptIdPath and every
 // other attribute reach the next hop), its context and its data.
-// Entries are deflated at level (the destination's; by default the
-// fastest, as the zip is in transit and the next hop inflates it at once),
-// or stored when level is 0.
-func writeZip(ctx context.Context, st *store.Store, streams []meta.Stream, level int, w io.Writer) error {
-	zw := stroomzip.NewWriterLevel(w, level)
+// zw's entries are compressed as the destination chose (S2 for a weir
+// downstream, else deflated at its compressionLevel, by default the
+// fastest: the zip is in transit and the next hop decompresses it at once).
+func writeZip(ctx context.Context, st *store.Store, streams []meta.Stream, zw *stroomzip.Writer) error {
 	for _, s := range streams {
 		if err := writeStream(ctx, st, s, zw); err != nil {
 			return err

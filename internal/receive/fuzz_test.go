@@ -19,6 +19,7 @@ import (
 	"github.com/weirhq/weir/internal/receipt"
 	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/streamfile"
+	"github.com/weirhq/weir/internal/stroomzip"
 )
 
 // fuzzHandler is the fuzz target's Handler.
@@ -76,10 +77,16 @@ func FuzzDecode(f *testing.F) {
 	w, _ = zr.Create("1.meta")
 	w.Write([]byte("Feed:FUZZ\nK:V\n"))
 	zr.Close()
+	// A zip of S2 entries, as a weir proxy sends.
+	var s2b bytes.Buffer
+	s2w := stroomzip.NewWriterS2(&s2b)
+	s2w.WritePart(stroomzip.Part{Meta: bytes.NewReader([]byte("Feed:FUZZ\nK:V\n")), Data: bytes.NewReader([]byte("data data data data\n"))})
+	s2w.Close()
 	for i := range fuzzModes {
 		f.Add(uint8(i), []byte("SOME TEST DATA"))
 		f.Add(uint8(i), gz.Bytes())
 		f.Add(uint8(i), zb.Bytes())
+		f.Add(uint8(i), s2b.Bytes())
 		f.Add(uint8(i), []byte{})
 	}
 	h, repo, st := fuzzHandler(f)

@@ -30,6 +30,7 @@ import (
 	"github.com/weirhq/weir/internal/receipt"
 	"github.com/weirhq/weir/internal/receiptrule"
 	"github.com/weirhq/weir/internal/store"
+	"github.com/weirhq/weir/internal/stroomzip"
 )
 
 // Forwarded finds the receipt id of a post a trusted forwarder sent
@@ -157,6 +158,10 @@ func New(opt Options) *Handler {
 	return h
 }
 
+// s2Methods is stroomzip.S2Header's value, shared by every response (the
+// server only reads it).
+var s2Methods = []string{stroomzip.S2HeaderValue}
+
 // Paths are the datafeed paths, as the reference system registers them.
 var Paths = []string{"/datafeed", "/stroom/datafeed", "/stroom/noauth/datafeed"}
 
@@ -260,6 +265,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// every wait below is bounded without the context (timeouts, a slot, an
 	// earlier send of the same post).
 	r = r.WithContext(context.WithoutCancel(r.Context()))
+	if h.opt.Relay == nil {
+		// Tell a weir proxy that it may send zips of S2 entries. Not when
+		// relaying: the body goes on unread, to a downstream that may not
+		// read them.
+		w.Header()[stroomzip.S2Header] = s2Methods
+	}
 	now := h.opt.Now()
 	id := h.opt.IDs.Next().String()
 	p := &post{h: h, r: r, w: w, receiptID: id, received: now}

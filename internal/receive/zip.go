@@ -110,6 +110,9 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 		spare.inUse = true
 		return spare
 	})
+	// A weir proxy forwarding here sends S2 entries (Handler announces
+	// them in stroomzip.S2Header).
+	stroomzip.RegisterS2(zr)
 	// The end record's count is 16 bits and the reader only checks it
 	// modulo 65536, so a zip can declare fewer entries than it holds.
 	if n := len(zr.File); n > h.cfg.MaxZipEntries {

@@ -34,14 +34,18 @@ type Part struct {
 // the reference system) accepts with Compression: ZIP. Each part's entries
 // are written meta first, so that a reader that streams the zip knows a
 // part's attributes (its Feed) before its data, as the reference system's
-// stream reader requires. Every entry is DEFLATE: a streaming reader
-// cannot find the end of a STORED entry whose sizes follow its data (Go
-// writes the sizes in a data descriptor after each entry), but it can find
-// the end of a deflate stream. Zip64 records are added when sizes need them.
+// stream reader requires. Every entry is DEFLATE (or STORED with its sizes
+// up front, see NewWriterLevel): a streaming reader cannot find the end of
+// a STORED entry whose sizes follow its data (Go writes the sizes in a
+// data descriptor after each entry), but it can find the end of a deflate
+// stream. Zip64 records are added when sizes need them. NewWriterS2's
+// entries are S2 instead, for weir's receivers alone, which read the
+// central directory.
 type Writer struct {
 	bw     *bufio.Writer // under zw: the zip reaches w in large writes
 	zw     *zip.Writer
-	stored bool // level 0: entries STORED, sizes and CRC in their local headers
+	stored bool   // level 0: entries STORED, sizes and CRC in their local headers
+	method uint16 // of the entries not stored: zip.Deflate, or MethodS2
 	parts  int
 	bytes  int64  // uncompressed bytes written to entries
 	buf    []byte // copy buffer of every entry (io.Copy would allocate one per entry)
@@ -93,7 +97,7 @@ func NewWriterLevel(w io.Writer, level int) *Writer {
 		fw.Reset(out)
 		return fw, nil
 	})
-	return &Writer{bw: bw, zw: zw, stored: level == 0, buf: make([]byte, 32<<10)}
+	return &Writer{bw: bw, zw: zw, stored: level == 0, method: zip.Deflate, buf: make([]byte, 32<<10)}
 }
 
 // WritePart writes the next part and returns its number (from 1).
@@ -126,11 +130,12 @@ func (w *Writer) WritePart(p Part) (int, error) {
 }
 
 // entry writes one entry with r's content: STORED with its CRC and size
-// up front when the writer stores and r can be read twice, else DEFLATE.
+// up front when the writer stores and r can be read twice, else DEFLATE
+// (or S2, for a writer of NewWriterS2).
 func (w *Writer) entry(name string, mod time.Time, r io.Reader) (int64, error) {
 	rs, ok := r.(io.ReadSeeker)
 	if !w.stored || !ok {
-		ew, err := w.zw.CreateHeader(&zip.FileHeader{Name: name, Method: zip.Deflate, Modified: mod})
+		ew, err := w.zw.CreateHeader(&zip.FileHeader{Name: name, Method: w.method, Modified: mod})
 		if err != nil {
 			return 0, err
 		}
