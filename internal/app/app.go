@@ -238,6 +238,19 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
+	// Ids stay unique across a restart whose clock reads earlier than
+	// ids already issued (see receipt.Generator.Keep).
+	idLog := log.With("log", "receipt-ids")
+	if err := ids.Keep(filepath.Join(cfg.Data, "receipt-ids-"+node), func(err error) {
+		idLog.Error("receipt ids may repeat after a restart with the clock set back", "err", err)
+	}); err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, func() {
+		if err := ids.Close(); err != nil {
+			idLog.Warn("cannot record the last receipt id; the next start's ids begin up to 10 s ahead of the clock", "err", err)
+		}
+	})
 	host := receivedPathHost(os.Getenv, os.Hostname, node)
 	ro := receive.Options{
 		Config: cfg.Receive, Feeds: meta.NewFeedCache(a.repo, cfg.Receive.FeedCacheTTL.D()), Store: a.store, IDs: ids, Host: host, TempDir: tmp,
