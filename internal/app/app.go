@@ -33,6 +33,7 @@ import (
 	"github.com/weirhq/weir/internal/receipt"
 	"github.com/weirhq/weir/internal/receiptrule"
 	"github.com/weirhq/weir/internal/receive"
+	"github.com/weirhq/weir/internal/repeatlog"
 	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/streamfile"
 )
@@ -238,6 +239,24 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
+	// Ids stay unique across a restart whose clock reads earlier than
+	// ids already issued (see receipt.Generator.Keep).
+	// A write that fails (a full disk) is tried again every second while
+	// posts arrive: logged at most once a minute.
+	idLog := log.With("log", "receipt-ids")
+	idFailures := repeatlog.New(time.Minute)
+	if err := ids.Keep(filepath.Join(cfg.Data, "receipt-ids-"+node), func(err error) {
+		if ok, n := idFailures.Failed(time.Now()); ok {
+			idLog.Error("receipt ids may repeat after a restart with the clock set back; logged at most once a minute", "err", err, "notLogged", n)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, func() {
+		if err := ids.Close(); err != nil {
+			idLog.Warn("cannot record the last receipt id; the next start's ids begin up to 10 s ahead of the clock", "err", err)
+		}
+	})
 	host := receivedPathHost(os.Getenv, os.Hostname, node)
 	ro := receive.Options{
 		Config: cfg.Receive, Feeds: meta.NewFeedCache(a.repo, cfg.Receive.FeedCacheTTL.D()), Store: a.store, IDs: ids, Host: host, TempDir: tmp,

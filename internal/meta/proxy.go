@@ -202,6 +202,24 @@ func (r *Repo) DueForwards(ctx context.Context, destination string, nowMs int64,
 	return fs, nil
 }
 
+// PullForwardsBack makes due at nowMs the queued aggregates for
+// destination that were scheduled at a time the clock has not reached:
+// scheduled when it read later (it has stepped back since, or this start's
+// clock is earlier than the last run's), they would otherwise wait as long
+// as the step. An aggregate not yet tried was scheduled when it closed (at
+// its next_ms), a retry at its last attempt (last_ms). It returns how many
+// it pulled back.
+func (r *Repo) PullForwardsBack(ctx context.Context, destination string, nowMs int64) (int64, error) {
+	res, err := r.db.ExecContext(ctx, `UPDATE proxy_forwards SET next_ms = $1
+		WHERE destination = $2 AND state = $3 AND next_ms > $1 AND (attempts = 0 OR last_ms > $1)`,
+		nowMs, destination, string(ForwardQueued))
+	if err != nil {
+		return 0, fmt.Errorf("queue of %q after the clock stepped back: %w", destination, err)
+	}
+	n, err := res.RowsAffected()
+	return n, err
+}
+
 // NextForwardMs is when the next queued aggregate for destination is due,
 // leaving out the aggregates in skip (ok false when none is queued). The
 // forwarder passes those it is sending: they are still queued until their

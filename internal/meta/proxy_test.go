@@ -23,6 +23,7 @@ func TestProxy(t *testing.T) {
 				{"ApplyAggregation", testProxyApplyAggregation},
 				{"CloseClosedRollsBack", testProxyCloseClosedRollsBack},
 				{"DueForwards", testProxyDueForwards},
+				{"PullForwardsBack", testProxyPullForwardsBack},
 				{"ForwardAttemptFailed", testProxyForwardAttemptFailed},
 				{"ErrorLogBound", testProxyErrorLogBound},
 				{"ErrorLogOversizedLine", testProxyErrorLogOversizedLine},
@@ -402,6 +403,42 @@ func testProxyCloseClosedRollsBack(t *testing.T, loc location) {
 	}
 	if fresh.ID == 0 || fresh.Open {
 		t.Fatalf("fresh after retry: %+v", fresh)
+	}
+}
+
+// testProxyPullForwardsBack: after the clock stepped back to 1500, the
+// aggregates queued by a later clock are due at 1500: one closed at 3000
+// (never tried) and a retry whose last attempt was at 2499; a retry from
+// before 1500 and a failed one are left as they are, as is another
+// destination's queue.
+func testProxyPullForwardsBack(t *testing.T, loc location) {
+	ctx := t.Context()
+	r := openRepo(t, loc)
+	ss := pxStreams(t, r, "FEED-A", 5, 10)
+	a1 := pxClosed(t, r, ss[0:1], 10, 3000, "d1", "d2")
+	a2 := pxClosed(t, r, ss[1:2], 10, 1000, "d1")
+	a3 := pxClosed(t, r, ss[2:3], 10, 1000, "d1")
+	a4 := pxClosed(t, r, ss[3:4], 10, 1000, "d1")
+	a5 := pxClosed(t, r, ss[4:5], 10, 1000, "d1")
+	pxFail(t, r, pxForward(t, r, a2.ID, "d1"), ForwardQueued, 1, 2500) // last attempt 2499
+	pxFail(t, r, pxForward(t, r, a3.ID, "d1"), ForwardQueued, 1, 1400) // last attempt 1399, due 1400
+	pxFail(t, r, pxForward(t, r, a4.ID, "d1"), ForwardQueued, 2, 1600) // last attempt 1599, due 1600
+	pxFail(t, r, pxForward(t, r, a5.ID, "d1"), ForwardFailed, 3, 2500)
+	n, err := r.PullForwardsBack(ctx, "d1", 1500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Errorf("PullForwardsBack pulled %d back, want 3 (a1, a2, a4)", n)
+	}
+	for _, tc := range []struct {
+		a    *Aggregate
+		dest string
+		next int64
+	}{{a1, "d1", 1500}, {a1, "d2", 3000}, {a2, "d1", 1500}, {a3, "d1", 1400}, {a4, "d1", 1500}, {a5, "d1", 2500}} {
+		if f := pxForward(t, r, tc.a.ID, tc.dest); f.NextMs != tc.next {
+			t.Errorf("aggregate %d for %s: next %d, want %d", tc.a.ID, tc.dest, f.NextMs, tc.next)
+		}
 	}
 }
 

@@ -373,10 +373,11 @@ func (s *Service) heartbeat(ctx context.Context, cancel context.CancelCauseFunc,
 		case <-t.C:
 		}
 		now := s.opt.Now()
-		next := now.Add(s.opt.Lease).UnixMilli()
-		if next <= lease {
-			continue // the clock has not moved on enough to extend anything
-		}
+		// Renewed even when the clock reads earlier than the lease's start
+		// (it stepped back): the renewal is also how a cancellation on
+		// another node is noticed and progress written. The lease then
+		// keeps its end, which is later still.
+		next := max(now.Add(s.opt.Lease).UnixMilli(), lease)
 		// Bounded: a database that stops answering without closing the
 		// connection (a partition) held the renewal, and this loop with
 		// it, until TCP gave up, so the lease lapsed unnoticed and another

@@ -446,3 +446,41 @@ func TestClaimFailuresLogged(t *testing.T) {
 		}
 	})
 }
+
+// TestCancelElsewhereAfterClockStepsBack: a running operation's worker
+// renews its lease every heartbeat, and a renewal is how it learns of a
+// cancellation made on another node. After its clock stepped back an hour
+// it skipped every renewal ("the clock has not moved on enough") until
+// the clock came back to the lease: the operation went on for the hour
+// after it was cancelled, and its progress was not written.
+func TestCancelElsewhereAfterClockStepsBack(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, d db) {
+		ctx := context.Background()
+		var offset atomic.Int64
+		optA := fast(d.open(), "node-a")
+		optA.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+		started, stopped := make(chan struct{}), make(chan struct{})
+		a := start(t, optA, map[string]Handler{"job": func(ctx context.Context, run *Run) (any, error) {
+			close(started)
+			<-ctx.Done()
+			close(stopped)
+			return nil, ctx.Err()
+		}})
+		b := start(t, fast(d.open(), "node-b"), nil) // runs nothing
+		id, err := a.Submit(ctx, "job", "alice", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-started
+		offset.Store(int64(-time.Hour))
+		time.Sleep(100 * time.Millisecond) // a few heartbeats on the stepped clock
+		if _, err := b.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-stopped:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the operation was cancelled on another node and still runs 20 s later (heartbeat 20 ms)")
+		}
+	})
+}

@@ -21,9 +21,14 @@ type aggregator struct {
 	cfg          config.Aggregator
 	open         map[[2]string]*meta.Aggregate // by feed and type (exact, case-sensitive)
 	since        int64                         // streams completed before this are all assigned
-	nextFullScan time.Time
-	notify       chan struct{}
-	failures     *repeatlog.Failures // failed passes: one a tick while the database is down
+	lastMs       int64                         // the clock at the last pass: one that reads earlier has stepped back
+	nextFullScan time.Duration                 // on the monotonic clock (Proxy.mono)
+	// due is when each open aggregate (by GUID) is old enough to close,
+	// on the monotonic clock: the clock its CreateMs was read from may
+	// step back, and an aggregate would then stay open as long as the step.
+	due      map[string]time.Duration
+	notify   chan struct{}
+	failures *repeatlog.Failures // failed passes: one a tick while the database is down
 }
 
 // batchLimit is how many streams one aggregator transaction takes.
@@ -42,7 +47,8 @@ const sinceMargin = 3 * time.Second
 const minPassGap = 50 * time.Millisecond
 
 func newAggregator(p *Proxy, cfg config.Aggregator) *aggregator {
-	return &aggregator{p: p, cfg: cfg, notify: make(chan struct{}, 1), failures: repeatlog.New(failureLogInterval)}
+	return &aggregator{p: p, cfg: cfg, due: map[string]time.Duration{}, notify: make(chan struct{}, 1),
+		failures: repeatlog.New(failureLogInterval)}
 }
 
 // wake asks for a pass soon (a post was stored).
@@ -105,18 +111,30 @@ func (g *aggregator) pass(ctx context.Context) (bool, error) {
 			return false, err
 		}
 		g.open = make(map[[2]string]*meta.Aggregate, len(open))
+		known := make(map[string]bool, len(open))
 		for i := range open {
 			a := open[i]
 			g.open[[2]string{a.Feed, a.Type}] = &a
+			known[a.GUID] = true
+		}
+		for guid := range g.due {
+			if !known[guid] {
+				delete(g.due, guid) // made by a batch that failed
+			}
 		}
 	}
 	now := g.p.now()
 	nowMs := now.UnixMilli()
-	if now.After(g.nextFullScan) {
+	mono := g.p.mono()
+	if mono >= g.nextFullScan || nowMs < g.lastMs {
 		// Now and then look at every waiting stream, not only recent ones,
-		// in case a commit took longer than the margin.
-		g.since, g.nextFullScan = 0, now.Add(time.Minute)
+		// in case a commit took longer than the margin; and at once when
+		// the clock has stepped back: streams completed since have a
+		// status time before the scan's start.
+		g.since, g.nextFullScan = 0, mono+time.Minute
 	}
+	g.lastMs = nowMs
+	freq := g.cfg.AggregationFrequency.D()
 	streams, err := repo.UnaggregatedStreams(ctx, g.since, batchLimit)
 	if err != nil {
 		return false, err
@@ -128,6 +146,7 @@ func (g *aggregator) pass(ctx context.Context) (bool, error) {
 		a.CloseMs = nowMs
 		b.Close = append(b.Close, a)
 		delete(g.open, [2]string{a.Feed, a.Type})
+		delete(g.due, a.GUID)
 		reasons = append(reasons, reason)
 	}
 	maxItems, maxBytes := g.cfg.MaxItemsPerAggregate, int64(g.cfg.MaxUncompressedByteSize)
@@ -149,6 +168,7 @@ func (g *aggregator) pass(ctx context.Context) (bool, error) {
 			a = &meta.Aggregate{Feed: s.Feed, Type: s.Type, GUID: newGUID(), Open: true, CreateMs: nowMs}
 			b.New = append(b.New, a)
 			g.open[key] = a
+			g.due[a.GUID] = mono + freq
 		}
 		a.Items += parts
 		a.Bytes += s.RawSize
@@ -164,7 +184,18 @@ func (g *aggregator) pass(ctx context.Context) (bool, error) {
 		}
 	}
 	for _, a := range g.open {
-		if now.Sub(time.UnixMilli(a.CreateMs)) >= g.cfg.AggregationFrequency.D() {
+		age := now.Sub(time.UnixMilli(a.CreateMs))
+		due, ok := g.due[a.GUID]
+		if !ok {
+			// Read from the database (a start): its age by the clock,
+			// which cannot be more than the frequency left nor less
+			// than none, however the clock has moved since.
+			due = mono + min(max(freq-age, 0), freq)
+			g.due[a.GUID] = due
+		}
+		// By the clock too: one that stepped forward closes aggregates
+		// early, which is harmless, and a test's clock moves only so.
+		if age >= freq || mono >= due {
 			closeAgg(a, "age")
 		}
 	}

@@ -35,6 +35,9 @@ type forwarder struct {
 	live     atomic.Bool
 	wg       sync.WaitGroup
 	readFail *repeatlog.Failures // failed reads of the queue: one every pollInterval while the database is down
+	// lastMs is the clock at the last dispatch (0 before the first): one
+	// that reads earlier has stepped back.
+	lastMs int64
 }
 
 func newForwarder(p *Proxy, d Destination, q config.Queue) *forwarder {
@@ -103,6 +106,21 @@ func (f *forwarder) dispatch(ctx context.Context) (time.Duration, error) {
 		return pollInterval, nil
 	}
 	now := f.p.now()
+	if nowMs := now.UnixMilli(); nowMs < f.lastMs || f.lastMs == 0 {
+		// The first dispatch, or the clock stepped back: aggregates
+		// scheduled by a later clock are due now rather than after the
+		// step (a retry a little early is harmless; one that waits an
+		// hour is not).
+		n, err := f.p.repo.PullForwardsBack(ctx, f.dest.Name(), nowMs)
+		if err != nil {
+			return 0, err
+		}
+		if n > 0 {
+			f.p.log.Warn("the clock is earlier than when aggregates were queued; they are due now",
+				"destination", f.dest.Name(), "aggregates", n)
+		}
+	}
+	f.lastMs = now.UnixMilli()
 	f.p.metrics.queueReads.WithLabelValues(f.dest.Name()).Inc()
 	due, err := f.p.repo.DueForwards(ctx, f.dest.Name(), now.UnixMilli(), skip, free)
 	if err != nil {

@@ -38,6 +38,11 @@ type Options struct {
 	SendLog     *slog.Logger // one line per forward attempt
 	Registry    prometheus.Registerer
 	Now         func() time.Time
+	// Monotonic reads a clock that never steps: how long aggregates have
+	// been open and when the aggregator's full scan is due are measured
+	// on it, not on Now, which an NTP step or an operator can move. nil:
+	// the time since New, measured monotonically.
+	Monotonic func() time.Duration
 }
 
 // Proxy aggregates stored posts and forwards them.
@@ -48,6 +53,7 @@ type Proxy struct {
 	log        *slog.Logger
 	sendLog    *slog.Logger
 	now        func() time.Time
+	mono       func() time.Duration
 	metrics    *metrics
 	agg        *aggregator
 	forwarders []*forwarder
@@ -78,8 +84,12 @@ func New(opt Options) *Proxy {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
+	if opt.Monotonic == nil {
+		start := time.Now()
+		opt.Monotonic = func() time.Duration { return time.Since(start) }
+	}
 	p := &Proxy{opt: opt, repo: opt.Repo, store: opt.Store, log: opt.Log, sendLog: opt.SendLog, now: opt.Now,
-		metrics: newMetrics(opt.Registry), housekeepFail: repeatlog.New(failureLogInterval)}
+		mono: opt.Monotonic, metrics: newMetrics(opt.Registry), housekeepFail: repeatlog.New(failureLogInterval)}
 	p.free.Store(-1)
 	p.agg = newAggregator(p, opt.Aggregator)
 	for _, t := range opt.Targets {

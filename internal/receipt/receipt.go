@@ -6,7 +6,10 @@ package receipt
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -152,7 +155,8 @@ func SanitiseNode(s string) string {
 // Generator issues ids for one node. Ids from one Generator strictly increase
 // (by epoch, then sequence), even if the clock steps back. Safe for
 // concurrent use. Uniqueness across nodes needs a unique node name per origin
-// and one Generator per node.
+// and one Generator per node; uniqueness across restarts whose clock reads
+// earlier than the ids already issued needs Keep.
 type Generator struct {
 	origin byte
 	node   string
@@ -164,6 +168,14 @@ type Generator struct {
 	mu      sync.Mutex
 	epochMs int64 // the largest epoch issued; -1 before the first id
 	seq     int
+
+	// With Keep: the file holding the reserved ceiling, the ceiling
+	// (every epoch issued is below it), and after a failed write, the
+	// epoch from which the next write is tried.
+	keep      string
+	reserved  int64
+	retryFrom int64
+	keepErr   func(error)
 }
 
 // overflowWait is how long Next sleeps between clock reads when 10000 ids
@@ -207,7 +219,119 @@ func (g *Generator) Next() ID {
 			g.seq++
 			break
 		}
+		if nowMs < g.epochMs {
+			// The clock is behind the ids issued (it stepped back, or
+			// the start took its epoch from Keep's file): waiting for it
+			// would stop every post for as long as the step. The next
+			// millisecond is as unique.
+			g.epochMs, g.seq = g.epochMs+1, 0
+			break
+		}
 		g.sleep(overflowWait)
 	}
+	if g.keep != "" && g.epochMs >= g.reserved && g.epochMs >= g.retryFrom {
+		g.reserve(g.epochMs + reserveAhead.Milliseconds())
+	}
 	return ID{EpochMs: g.epochMs, Seq: g.seq, Origin: g.origin, Node: g.node}
+}
+
+// reserveAhead is how far past the epoch being issued a reservation
+// reaches: one write of Keep's file per reserveAhead of ids, and after a
+// crash, how far ahead of the clock (at most) the next start's ids begin.
+const reserveAhead = 10 * time.Second
+
+// Keep makes ids unique across restarts, also when the clock at the next
+// start reads earlier than ids already issued (stepped back while weir was
+// stopped, or a restart after a step forward was corrected). The file at
+// path holds a ceiling on every epoch issued: Keep reads it, and the ids
+// issued from then on start at the ceiling while the clock is behind it;
+// Next raises it (durably, before the id is returned) 10 s at a time, and
+// Close lowers it to just past the last id. A write that fails is reported
+// to onErr (ids are still issued: their uniqueness across such a restart
+// is what is at risk) and tried again a second (of epochs) later.
+func (g *Generator) Keep(path string, onErr func(error)) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("receipt ids: %w", err)
+	default:
+		c, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil || c < 0 {
+			return fmt.Errorf("receipt ids: %s does not hold a number of milliseconds (%q)", path, b)
+		}
+		if c > g.epochMs {
+			// Every id issued before is below c: the next is (c, 0) if
+			// the clock is not past c.
+			g.epochMs, g.seq = c, -1
+		}
+		g.reserved = c
+	}
+	if onErr == nil {
+		onErr = func(error) {}
+	}
+	g.keep, g.keepErr = path, onErr
+	return nil
+}
+
+// Close records the last id issued in Keep's file, so that a start
+// right after a clean stop does not begin at the reservation, ahead of the
+// clock. Ids issued after Close reserve again.
+func (g *Generator) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.keep == "" || g.epochMs < 0 {
+		return nil
+	}
+	c := g.epochMs + 1
+	if err := writeSynced(g.keep, c); err != nil {
+		return fmt.Errorf("receipt ids: %w", err)
+	}
+	g.reserved = c
+	return nil
+}
+
+// reserve writes ceiling c, under g.mu.
+func (g *Generator) reserve(c int64) {
+	if err := writeSynced(g.keep, c); err != nil {
+		g.retryFrom = g.epochMs + time.Second.Milliseconds()
+		g.keepErr(fmt.Errorf("receipt ids: cannot reserve ids up to %d: %w", c, err))
+		return
+	}
+	g.reserved, g.retryFrom = c, 0
+}
+
+// writeSynced replaces the file at path with v, durably: a temporary
+// file, synced, renamed over it, and its directory synced.
+func writeSynced(path string, v int64) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(strconv.FormatInt(v, 10) + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -1,6 +1,8 @@
 package receipt
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -223,8 +225,143 @@ func TestNextOverflowAfterClockWentBack(t *testing.T) {
 	if id.EpochMs != start.UnixMilli()+1 || id.Seq != 0 {
 		t.Fatalf("Next() = %+v, want epoch+1, seq 0", id)
 	}
-	if clock.sleeps != 30 { // from -2ms to +1ms in 100µs slices
-		t.Fatalf("slept %d times, want 30", clock.sleeps)
+	// The clock is behind the last id: the next millisecond is taken at
+	// once rather than waited for (it waited 30 slices of 100µs, from -2ms
+	// to +1ms, and as long as the step for a bigger one).
+	if clock.sleeps != 0 {
+		t.Fatalf("slept %d times, want 0", clock.sleeps)
+	}
+}
+
+// The clock steps back an hour and more than a millisecond's worth of ids
+// are issued: Next went on waiting for the clock, holding its lock, so every
+// post waited for the hour to pass (here, 36 million fake sleeps).
+func TestNextOverflowAfterClockWentBackFar(t *testing.T) {
+	start := time.UnixMilli(1_700_000_000_000)
+	g, clock := newFakeGenerator(t, start)
+	prev := g.Next()
+	clock.Set(start.Add(-time.Hour))
+	for range 3*MaxSeq + 3 {
+		id := g.Next()
+		if !less(prev, id) {
+			t.Fatalf("id %v not after %v", id, prev)
+		}
+		prev = id
+	}
+	if clock.sleeps != 0 {
+		t.Fatalf("slept %d times (fake clock now %v): Next waited for the clock to catch up", clock.sleeps, clock.Now().Sub(start))
+	}
+	if want := start.UnixMilli() + 3; prev.EpochMs != want || prev.Seq != 0 {
+		t.Fatalf("last id %+v, want epoch %d seq 0", prev, want)
+	}
+}
+
+// A restart whose clock reads earlier than ids already issued: the
+// generator started from the clock alone and issued the same ids again.
+// With Keep it starts past every id issued before, after a crash (the
+// reservation) and after a clean stop (Close: just past the last id, not
+// ahead of a clock that is right).
+func TestKeepAcrossRestartWithEarlierClock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "receipt-ids-node-1")
+	start := time.UnixMilli(1_700_000_000_000)
+	var errs []error
+	open := func(at time.Time) (*Generator, *fakeClock) {
+		t.Helper()
+		g, clock := newFakeGenerator(t, at)
+		if err := g.Keep(path, func(err error) { errs = append(errs, err) }); err != nil {
+			t.Fatal(err)
+		}
+		return g, clock
+	}
+	seen := map[ID]bool{}
+	issue := func(g *Generator, n int) ID {
+		t.Helper()
+		var id ID
+		for range n {
+			id = g.Next()
+			if seen[id] {
+				t.Fatalf("id %v issued twice", id)
+			}
+			seen[id] = true
+		}
+		return id
+	}
+
+	// First run: ids over 30 s, then a crash (no Close).
+	g, clock := open(start)
+	for i := range 30 {
+		clock.Set(start.Add(time.Duration(i) * time.Second))
+		issue(g, 3)
+	}
+	last := issue(g, 1)
+	// The clock stepped back an hour while weir was down.
+	g, clock = open(start.Add(-time.Hour))
+	first := g.Next()
+	if !less(last, first) {
+		t.Fatalf("after a crash and an earlier clock: first id %v is not after the last id before, %v", first, last)
+	}
+	if first.EpochMs > last.EpochMs+reserveAhead.Milliseconds() {
+		t.Fatalf("first id %v more than %v ahead of the last one before, %v", first, reserveAhead, last)
+	}
+	seen[first] = true
+	for i := range 20 {
+		clock.Set(start.Add(-time.Hour + time.Duration(i)*time.Second))
+		last = issue(g, 5)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A clean stop, and a start with the clock earlier still.
+	g, _ = open(start.Add(-2 * time.Hour))
+	if first := issue(g, 1); first.EpochMs != last.EpochMs+1 || first.Seq != 0 {
+		t.Fatalf("after a clean stop: first id %v, want (%d, 0)", first, last.EpochMs+1)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A start with the clock past every id: ids follow the clock.
+	later := start.Add(time.Hour)
+	g, _ = open(later)
+	if id := issue(g, 1); id.EpochMs != later.UnixMilli() || id.Seq != 0 {
+		t.Fatalf("with the clock past the ids: %v, want (%d, 0)", id, later.UnixMilli())
+	}
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+}
+
+// A reservation that cannot be written does not stop ids: the error is
+// reported, and tried again a second of epochs later, not at every id.
+func TestKeepWriteFails(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing-dir", "receipt-ids")
+	start := time.UnixMilli(1_700_000_000_000)
+	g, clock := newFakeGenerator(t, start)
+	var errs int
+	if err := g.Keep(path, func(error) { errs++ }); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		clock.Set(start.Add(time.Duration(i) * 10 * time.Millisecond))
+		g.Next()
+	}
+	if errs != 1 {
+		t.Fatalf("%d errors reported over 1 s of ids, want 1", errs)
+	}
+	clock.Set(start.Add(1500 * time.Millisecond))
+	g.Next()
+	if errs != 2 {
+		t.Fatalf("%d errors reported after 1.5 s, want 2", errs)
+	}
+}
+
+func TestKeepRejectsGarbage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "receipt-ids")
+	if err := os.WriteFile(path, []byte("not a number\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := newFakeGenerator(t, time.UnixMilli(1_700_000_000_000))
+	if err := g.Keep(path, nil); err == nil {
+		t.Fatal("Keep accepted a file that holds no number")
 	}
 }
 

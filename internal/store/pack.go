@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -136,14 +137,27 @@ func (s *Store) startPackWrite() (*openPack, error) {
 		s.closePack()
 	}
 	if s.pack == nil {
-		rel := filepath.Join(day, safeName(s.opt.Node)+"-"+strconv.FormatInt(s.packSeq.Add(1), 10)+packSuffix)
-		path := filepath.Join(s.opt.Root, rel)
-		if err := mkdirAllSync(filepath.Dir(path)); err != nil {
-			return nil, fmt.Errorf("create pack directory: %w", err)
-		}
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
-		if err != nil {
-			return nil, fmt.Errorf("create pack: %w", err)
+		var rel, path string
+		var f *os.File
+		for {
+			rel = filepath.Join(day, safeName(s.opt.Node)+"-"+strconv.FormatInt(s.packSeq.Add(1), 10)+packSuffix)
+			path = filepath.Join(s.opt.Root, rel)
+			if err := mkdirAllSync(filepath.Dir(path)); err != nil {
+				return nil, fmt.Errorf("create pack directory: %w", err)
+			}
+			var err error
+			f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+			if errors.Is(err, os.ErrExist) {
+				// A pack of an earlier run: the sequence starts at the
+				// clock's nanoseconds at Open, and this start's clock read
+				// earlier than that run's (it was set back). The next
+				// number, rather than failing the batch.
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("create pack: %w", err)
+			}
+			break
 		}
 		// The new name must be durable before any row names it.
 		if err := syncDir(filepath.Dir(path)); err != nil {
@@ -277,6 +291,16 @@ func (s *Store) removeOrphanPacks(ctx context.Context) error {
 	days, err := newestDirs(root, 3, 2)
 	if err != nil {
 		return err
+	}
+	// And today's by the clock: after the clock was set back (from a
+	// time it read too late), batches write into a directory older than
+	// the newest ones.
+	now := s.opt.Now().UTC()
+	today := filepath.Join(root, now.Format("2006"), now.Format("01"), now.Format("02"))
+	if !slices.Contains(days, today) {
+		if _, err := os.Stat(today); err == nil {
+			days = append(days, today)
+		}
 	}
 	prefix := safeName(s.opt.Node) + "-"
 	removed := 0
