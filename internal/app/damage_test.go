@@ -1,14 +1,18 @@
 package app_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/app/apptest"
+	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
 )
 
@@ -106,5 +110,102 @@ func TestAPIUnreadableStreams(t *testing.T) {
 	}
 	if got := string(s.Read(neighbour.ID, 0, 0)); got != "beta packed\n" {
 		t.Errorf("the damaged stream's neighbour in its pack reads %q", got)
+	}
+}
+
+// TestProxyDamagedStreamSetAside: a proxy's stream whose stored data is
+// damaged (a bit flipped in its pack) or gone (its own file removed) is
+// not forwarded, nor does it hold its aggregate's other streams back: it
+// is set aside, alone in an aggregate of its own, in the failure area of
+// each destination with an error naming it, and the rest of its aggregate
+// reaches both destinations (HTTP and file) at once, byte for byte. A
+// replay of a set-aside aggregate fails again, back to the failure area.
+// The proxy keeps the damaged streams (for an operator to restore).
+func TestProxyDamagedStreamSetAside(t *testing.T) {
+	t.Parallel()
+	main := start(t, nil)
+	dir := t.TempDir()
+	px := pxProxy(t, "proxy-damage", func(c *config.Proxy) {
+		c.ForwardFileDestinations = []config.FileDestination{pxFileDest("files", dir, "${feed}")}
+		c.Aggregator.MaxItemsPerAggregate = 5
+		c.Aggregator.MaxUncompressedByteSize = 64 << 20
+		c.Aggregator.AggregationFrequency = config.Duration(time.Hour)
+	}, main.URL+"/datafeed")
+	dest := pxDestName(t, px, 0)
+	rng := rand.New(rand.NewPCG(3, 4))
+	big := make([]byte, 600<<10) // a file of its own
+	for i := range big {
+		big[i] = byte(rng.Uint32())
+	}
+	bodies := []string{"fine 0\n", "rotten 1\n", string(big), "fine 3\n"}
+	for _, b := range bodies {
+		pxPost(t, px, testFeed, b)
+	}
+	ss := px.Streams()
+	if len(ss) != 4 || ss[1].Pack == "" || ss[2].Pack != "" {
+		t.Fatalf("proxy streams %+v: want the second packed, the third in a file of its own", ss)
+	}
+	rotten, gone := ss[1], ss[2]
+	flipAt(t, px.App.Store().Path(rotten), rotten.PackOffset+24+28+2)
+	if err := os.Remove(px.App.Store().Path(gone)); err != nil {
+		t.Fatal(err)
+	}
+	pxPost(t, px, testFeed, "fine 4\n") // the fifth item closes the aggregate
+
+	pxWaitFeedParts(t, main, testFeed, 3)
+	apptest.WaitFor(t, "three parts in the file destination", func() bool {
+		return pxCountFileParts(pxFileItems(t, dir)) >= 3
+	})
+	var failed []meta.Forward
+	apptest.WaitFor(t, "the damaged streams in both failure areas, nothing else left", func() bool {
+		all := pxForwards(t, px, meta.ForwardFilter{})
+		failed = pxForwards(t, px, meta.ForwardFilter{State: meta.ForwardFailed})
+		return len(failed) == 4 && len(all) == 4
+	})
+	setAside := map[int64]bool{}
+	for _, f := range failed {
+		streams, err := px.App.Repo().AggregateStreams(context.Background(), f.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(streams) != 1 || f.Items != 1 || f.Attempts != 1 {
+			t.Fatalf("failed forward %+v holds %d streams; want one damaged stream, one attempt", f, len(streams))
+		}
+		id := streams[0].ID
+		want := map[int64]string{rotten.ID: "its stored data is damaged", gone.ID: "its stored file is missing"}[id]
+		if want == "" || !strings.Contains(f.Error, fmt.Sprintf("stream %d cannot be sent: %s", id, want)) || !strings.Contains(f.ErrorLog, "set aside") {
+			t.Errorf("failed forward for %s: stream %d, error %q, log %q", f.Destination, id, f.Error, f.ErrorLog)
+		}
+		setAside[id] = true
+	}
+	if len(setAside) != 2 {
+		t.Errorf("set aside: %v, want streams %d and %d", setAside, rotten.ID, gone.ID)
+	}
+	var got []string
+	for _, p := range pxFeedParts(t, main, testFeed) {
+		got = append(got, string(p.data))
+	}
+	slices.Sort(got)
+	if want := []string{"fine 0\n", "fine 3\n", "fine 4\n"}; !slices.Equal(got, want) {
+		t.Errorf("the main service has %q, want %q", got, want)
+	}
+	if n := pxCountFileParts(pxFileItems(t, dir)); n != 3 {
+		t.Errorf("the file destination has %d parts, want 3", n)
+	}
+	kept := pxKept(t, px)
+	if len(kept) != 2 || !setAside[kept[0].ID] || !setAside[kept[1].ID] {
+		t.Errorf("the proxy keeps %+v, want the two damaged streams", kept)
+	}
+
+	// A replay cannot help: back to the failure area after one attempt.
+	if n, err := px.App.Repo().ReplayForwards(context.Background(), dest, nil, time.Now().UnixMilli()); err != nil || n != 2 {
+		t.Fatalf("replay: %d, %v", n, err)
+	}
+	apptest.WaitFor(t, "the replayed aggregates back in the failure area", func() bool {
+		fs := pxForwards(t, px, meta.ForwardFilter{Destination: dest, State: meta.ForwardFailed})
+		return len(fs) == 2 && fs[0].Attempts == 1 && fs[1].Attempts == 1 && fs[0].LastMs > failed[0].LastMs
+	})
+	if n := len(pxFeedParts(t, main, testFeed)); n != 3 {
+		t.Errorf("the main service has %d parts after the replay, want 3", n)
 	}
 }
