@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -207,5 +208,93 @@ func TestProxyDamagedStreamSetAside(t *testing.T) {
 	})
 	if n := len(pxFeedParts(t, main, testFeed)); n != 3 {
 		t.Errorf("the main service has %d parts after the replay, want 3", n)
+	}
+}
+
+// TestMissingFilesAtStart: a pack and a stream file removed while the
+// server was stopped (an operator's mistake, a backup restored without
+// them) do not stop it starting; their streams answer 500 "missing", the
+// others read as before and new posts are stored. The purge of deleted
+// streams whose file is gone removes their rows; a pack that is gone
+// cannot be compacted (the run says so, naming it, and changes nothing),
+// and once all its streams are deleted it is purged whole.
+func TestMissingFilesAtStart(t *testing.T) {
+	t.Parallel()
+	s := start(t, nil)
+	small := func(i int) meta.Stream {
+		return streamByReceipt(t, s, post(t, s, fmt.Appendf(nil, "small %d\n", i), "Feed", testFeed).ok(t))
+	}
+	s1, s2, s3 := small(1), small(2), small(3)
+	rng := rand.New(rand.NewPCG(5, 6))
+	bigs := make([][]byte, 2)
+	var b []meta.Stream
+	for i := range bigs {
+		bigs[i] = make([]byte, 600<<10)
+		for j := range bigs[i] {
+			bigs[i][j] = byte(rng.Uint32())
+		}
+		b = append(b, streamByReceipt(t, s, post(t, s, bigs[i], "Feed", testFeed).ok(t)))
+	}
+	if s1.Pack == "" || s2.Pack != s1.Pack || s3.Pack != s1.Pack || b[0].Pack != "" || b[1].Pack != "" {
+		t.Fatalf("streams %+v %+v %+v %+v %+v: want three in one pack, two in files of their own", s1, s2, s3, b[0], b[1])
+	}
+	packPath, lostPath := s.App.Store().Path(s1), s.App.Store().Path(b[0])
+	s.Stop()
+	for _, p := range []string{packPath, lostPath} {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = s.Restart()
+	admin := user(t, s, "rotadmin", []string{access.Administrator}, nil)
+	for _, id := range []int64{s1.ID, s3.ID, b[0].ID} {
+		r := admin.do("GET", fmt.Sprintf("/streams/%d/data", id), "")
+		if want := fmt.Sprintf("stream %d cannot be read: its stored file is missing", id); r.status != 500 || !strings.Contains(string(r.body), want) {
+			t.Errorf("stream %d: %d %s; want 500 %q", id, r.status, r.body, want)
+		}
+	}
+	if r := admin.do("GET", fmt.Sprintf("/streams/%d/data", b[1].ID), ""); r.status != 200 || string(r.body) != string(bigs[1]) {
+		t.Errorf("the intact stream %d: %d, %d bytes", b[1].ID, r.status, len(r.body))
+	}
+	id := streamByReceipt(t, s, post(t, s, []byte("after\n"), "Feed", testFeed).ok(t)).ID
+	if got := string(s.Read(id, 0, 0)); got != "after\n" {
+		t.Errorf("a post after the start reads %q", got)
+	}
+
+	ctx := context.Background()
+	repo, st := s.App.Repo(), s.App.Store()
+	for _, x := range []meta.Stream{s1, s2, b[0]} {
+		if err := repo.SetStreamStatus(ctx, x.ID, meta.Deleted); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cut := time.Now().UnixMilli() + 1
+	for time.Now().UnixMilli() < cut {
+		time.Sleep(time.Millisecond)
+	}
+	_, err := st.PurgeDeleted(ctx, cut)
+	if err == nil || !strings.Contains(err.Error(), s1.Pack) {
+		t.Errorf("purge with a pack gone, one of its streams staying: %v; want an error naming the pack", err)
+	}
+	if _, err := repo.GetStream(ctx, b[0].ID); !errors.Is(err, meta.ErrNotFound) {
+		t.Errorf("deleted stream %d whose file was gone: %v after the purge, want its row gone", b[0].ID, err)
+	}
+	if _, err := repo.GetStream(ctx, s3.ID); err != nil {
+		t.Errorf("the staying stream of the missing pack: %v", err)
+	}
+	if err := repo.SetStreamStatus(ctx, s3.ID, meta.Deleted); err != nil {
+		t.Fatal(err)
+	}
+	cut = time.Now().UnixMilli() + 1
+	for time.Now().UnixMilli() < cut {
+		time.Sleep(time.Millisecond)
+	}
+	if res, err := st.PurgeDeleted(ctx, cut); err != nil {
+		t.Errorf("purge of every stream of the missing pack: %+v, %v", res, err)
+	}
+	for _, x := range []meta.Stream{s1, s2, s3} {
+		if _, err := repo.GetStream(ctx, x.ID); !errors.Is(err, meta.ErrNotFound) {
+			t.Errorf("stream %d of the missing pack after the purge: %v", x.ID, err)
+		}
 	}
 }
