@@ -395,6 +395,19 @@ func visibleFeeds(ctx context.Context) []string {
 // internal logs an unexpected error and hides its details from the caller:
 // 503 with Retry-After when the metadata database could not be reached
 // (the call may succeed later), else 500.
+// streamUnreadable answers a stream whose file could not be opened or
+// read: 500 naming the stream and saying why in a few words (damaged,
+// missing, not readable: see store.Problem), not a bare "internal error";
+// the log has the file and the details. Any other error is internal.
+func (s *server) streamUnreadable(id int64, op string, err error) error {
+	why := store.Problem(err)
+	if why == "" {
+		return s.internal(op, err)
+	}
+	s.Log.Error("api: stream cannot be read", "op", op, "stream", id, "err", err)
+	return huma.Error500InternalServerError(fmt.Sprintf("stream %d cannot be read: %s; the server log has the details", id, why))
+}
+
 func (s *server) internal(op string, err error) error {
 	s.Log.Error("api", "op", op, "err", err)
 	if meta.IsUnavailable(err) {

@@ -476,6 +476,11 @@ func (s *opsAPI) opError(ctx context.Context, run *operations.Run, what string, 
 	if store.IsNoSpace(err) {
 		return fmt.Errorf("%s: the disk is full", what)
 	}
+	if why := store.Problem(err); why != "" {
+		// A stream that cannot be read (damaged, missing): the owner
+		// is told which (what names it) and why.
+		return fmt.Errorf("%s: %s", what, why)
+	}
 	return fmt.Errorf("%s: failed; the server log has the details", what)
 }
 

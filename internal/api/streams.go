@@ -285,7 +285,7 @@ func (s *server) openVisible(ctx context.Context, id int64) (meta.Stream, *store
 		return st, nil, huma.Error404NotFound(fmt.Sprintf("no stream %d", st.ID))
 	}
 	if err != nil {
-		return st, nil, s.internal("open stream", err)
+		return st, nil, s.streamUnreadable(st.ID, "open stream", err)
 	}
 	return st, r, nil
 }
@@ -312,7 +312,7 @@ func (s *server) streamData(ctx context.Context, in *dataInput) (*huma.StreamRes
 		sec, err := r.Section(ch, p)
 		if err != nil {
 			r.Close()
-			return nil, s.internal("read stream", err)
+			return nil, s.streamUnreadable(st.ID, "read stream", err)
 		}
 		sections = append(sections, sec)
 	}

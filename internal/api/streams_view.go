@@ -103,12 +103,12 @@ func (s *server) streamText(ctx context.Context, in *textInput) (*textOutput, er
 	}
 	sec, err := r.Section(ch, in.Part-1)
 	if err != nil {
-		return nil, s.internal("read stream", err)
+		return nil, s.streamUnreadable(st.ID, "read stream", err)
 	}
 	size := sec.Size()
 	head := make([]byte, min(size, sniffBytes))
 	if _, err := sec.ReadAt(head, 0); err != nil && !errors.Is(err, io.EOF) {
-		return nil, s.internal("read stream", err)
+		return nil, s.streamUnreadable(st.ID, "read stream", err)
 	}
 
 	view := TextView{Stream: st.ID, Part: in.Part, Mode: in.Mode, TotalBytes: size}
@@ -143,7 +143,7 @@ func (s *server) streamText(ctx context.Context, in *textInput) (*textOutput, er
 		from := min(in.Offset, size)
 		b := make([]byte, min(length, size-from))
 		if _, err := sec.ReadAt(b, from); err != nil && !errors.Is(err, io.EOF) {
-			return nil, s.internal("read stream", err)
+			return nil, s.streamUnreadable(st.ID, "read stream", err)
 		}
 		view.Text, view.Offset, view.Length = hexDump(b, from), from, int64(len(b))
 		return &textOutput{Body: view}, nil
@@ -157,7 +157,7 @@ func (s *server) streamText(ctx context.Context, in *textInput) (*textOutput, er
 		return nil, fmt.Errorf("decode stream %d: %w", st.ID, ctx.Err()) // nobody is waiting for an answer
 	}
 	if err != nil {
-		return nil, s.internal("decode stream", err)
+		return nil, s.streamUnreadable(st.ID, "decode stream", err)
 	}
 	view.Text, view.Length, view.TotalChars, view.TotalCharsExact = tr.text, tr.chars, &tr.total, tr.exact
 	return &textOutput{Body: view}, nil

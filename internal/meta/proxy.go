@@ -490,6 +490,79 @@ func (r *Repo) ForwardAttemptFailed(ctx context.Context, f Forward, logLine stri
 	return nil
 }
 
+// SetAsideStream moves a stream of an aggregate that cannot be sent (its
+// stored data is damaged or gone) into a new closed aggregate of its own
+// (the old one's feed and type, guid), queued for every destination the old
+// one still waits for, in their failure areas (FAILED after one attempt,
+// errText its error and logLine its error log), in one transaction, so that
+// the rest of the old aggregate can be sent. It returns the new aggregate's
+// id, or 0 (and changes nothing) when the stream is no longer in that
+// aggregate or no destination waits for it.
+func (r *Repo) SetAsideStream(ctx context.Context, aggregateID, streamID int64, guid string, nowMs int64, errText, logLine string) (int64, error) {
+	var id int64
+	errText = strings.ToValidUTF8(errText, "\uFFFD")
+	logLine = strings.ToValidUTF8(logLine, "\uFFFD")
+	err := r.withTx(ctx, func(tx *sql.Tx) error {
+		if r.engine == enginePostgres {
+			// As ForwardSent: one change to an aggregate's forwards at a time.
+			if _, err := tx.ExecContext(ctx, `SELECT id FROM proxy_aggregates WHERE id = $1 FOR UPDATE`, aggregateID); err != nil {
+				return err
+			}
+		}
+		var feed, typ string
+		var parts int
+		var raw int64
+		err := tx.QueryRowContext(ctx, `SELECT a.feed, a.type, s.parts, s.raw_size FROM proxy_items i
+			JOIN proxy_aggregates a ON a.id = i.aggregate_id JOIN streams s ON s.id = i.stream_id
+			WHERE i.stream_id = $1 AND i.aggregate_id = $2`, streamID, aggregateID).Scan(&feed, &typ, &parts, &raw)
+		if err == sql.ErrNoRows {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT destination FROM proxy_forwards WHERE aggregate_id = $1 ORDER BY destination`, aggregateID)
+		if err != nil {
+			return err
+		}
+		var dests []string
+		for rows.Next() {
+			var d string
+			if err := rows.Scan(&d); err != nil {
+				rows.Close()
+				return err
+			}
+			dests = append(dests, d)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil || len(dests) == 0 {
+			return err
+		}
+		if err := tx.QueryRowContext(ctx, `INSERT INTO proxy_aggregates (feed, type, guid, open, items, bytes, create_ms, close_ms)
+			VALUES ($1, $2, $3, 0, $4, $5, $6, $6) RETURNING id`, feed, typ, guid, parts, raw, nowMs).Scan(&id); err != nil {
+			return err
+		}
+		if err := expectOne(tx.ExecContext(ctx, `UPDATE proxy_items SET aggregate_id = $1 WHERE stream_id = $2`, id, streamID)); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE proxy_aggregates SET items = CASE WHEN items > $1 THEN items - $1 ELSE 0 END,
+			bytes = CASE WHEN bytes > $2 THEN bytes - $2 ELSE 0 END WHERE id = $3`, parts, raw, aggregateID); err != nil {
+			return err
+		}
+		for _, d := range dests {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO proxy_forwards (aggregate_id, destination, state, attempts, first_ms, last_ms, next_ms, error, error_log)
+				VALUES ($1, $2, $3, 1, $4, $4, $4, $5, $6)`, id, d, string(ForwardFailed), nowMs, errText, logLine+"\n"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("set stream %d of aggregate %d aside: %w", streamID, aggregateID, err)
+	}
+	return id, nil
+}
+
 // QueueState names a forward's state as operators see it (the queue tool,
 // metrics, logs): "failed", "retrying" (queued after at least one failed
 // attempt) or "queued".

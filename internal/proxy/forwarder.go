@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/repeatlog"
+	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/stroomzip"
 )
 
@@ -194,8 +196,13 @@ func (f *forwarder) send(ctx context.Context, fw meta.Forward) {
 	}); ok {
 		newZip = z.NewZip
 	}
+	// Set when a stream's stored data could not be read. Send returns
+	// only once write has (PostStream waits for its goroutine).
+	var unreadable *unreadableStream
 	out := f.dest.Send(ctx, fw.Aggregate, attrs, func(w io.Writer) error {
-		return writeZip(ctx, st, streams, newZip(w))
+		err := writeZip(ctx, st, streams, newZip(w))
+		errors.As(err, &unreadable)
+		return err
 	})
 	if out.Duration == 0 {
 		out.Duration = f.p.now().Sub(start)
@@ -218,7 +225,43 @@ func (f *forwarder) send(ctx context.Context, fw meta.Forward) {
 		f.p.removeStreams(context.WithoutCancel(ctx), done)
 		return
 	}
+	if unreadable != nil && unreadable.damaged() {
+		// Retrying cannot help, and the aggregate's other streams must
+		// not wait with it (until maxRetryAge, then all to the failure
+		// area): the stream is set aside, the rest sent at once. A
+		// stream alone in its aggregate goes to the failure area.
+		msg := fmt.Sprintf("stream %d cannot be sent: %s: %v", unreadable.id, store.Problem(unreadable.err), unreadable.err)
+		if len(streams) == 1 {
+			out.Permanent, out.Message, out.Err = true, msg, nil
+		} else if f.setAside(context.WithoutCancel(ctx), fw, unreadable.id, msg) {
+			return
+		}
+	}
 	f.failed(context.WithoutCancel(ctx), fw, out)
+}
+
+// setAside moves a damaged stream (see unreadableStream.damaged) out of
+// the aggregate into one of its own, in the failure area of every
+// destination the aggregate still waits for, with msg as its error; the
+// aggregate, still due, is then sent again at once without it. Once the
+// stream is repaired (restored from a backup, say) its aggregate can be
+// replayed. When the stream is no longer in the aggregate (another
+// destination's send set it aside first) the rest is sent again at once
+// too. It reports false only when the database failed: the attempt is
+// then recorded as failed, and retried.
+func (f *forwarder) setAside(ctx context.Context, fw meta.Forward, stream int64, msg string) bool {
+	now := f.p.now()
+	line := fmt.Sprintf("%s - attempt 1 - %s (set aside from aggregate %d)", now.UTC().Format("2006-01-02T15:04:05.000Z"), msg, fw.ID)
+	id, err := f.p.repo.SetAsideStream(ctx, fw.ID, stream, newGUID(), now.UnixMilli(), msg, line)
+	if err != nil {
+		f.p.log.Error("forwarding: cannot set a damaged stream aside", "destination", f.dest.Name(), "aggregate", fw.ID, "stream", stream, "err", err)
+		return false
+	}
+	if id != 0 {
+		f.p.log.Error("forwarding: a stream cannot be read; it is set aside in an aggregate of its own, in the failure area, and the rest of its aggregate is sent",
+			"destination", f.dest.Name(), "aggregate", fw.ID, "stream", stream, "setAsideAggregate", id, "feed", fw.Feed, "error", msg)
+	}
+	return true
 }
 
 // failed records a failed attempt: to the failure area when retrying

@@ -3,8 +3,10 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/meta"
@@ -34,7 +36,7 @@ func writeStream(ctx context.Context, st *store.Store, s meta.Stream, zw *stroom
 	// everywhere deletes them: no need to look it up again.
 	r, err := st.OpenRow(s)
 	if err != nil {
-		return fmt.Errorf("read stream %d: %w", s.ID, err)
+		return &unreadableStream{id: s.ID, err: err}
 	}
 	defer r.Close()
 	for part := 0; part < r.Parts(); part++ {
@@ -43,7 +45,11 @@ func writeStream(ctx context.Context, st *store.Store, s meta.Stream, zw *stroom
 			if !r.Has(ch, part) {
 				return nil, nil
 			}
-			return r.Section(ch, part)
+			sr, err := r.Section(ch, part)
+			if err != nil {
+				return nil, err
+			}
+			return unreadableOnError{SectionReader: sr, id: s.ID}, nil
 		}
 		m, err := sec(streamfile.Meta)
 		if err != nil {
@@ -69,6 +75,50 @@ func writeStream(ctx context.Context, st *store.Store, s meta.Stream, zw *stroom
 		}
 	}
 	return nil
+}
+
+// unreadableStream is writeStream's error when a stream's stored data
+// cannot be read (its file opened, or its bytes read), as opposed to the
+// zip's writer failing (the destination).
+type unreadableStream struct {
+	id  int64
+	err error
+}
+
+func (e *unreadableStream) Error() string { return fmt.Sprintf("read stream %d: %v", e.id, e.err) }
+func (e *unreadableStream) Unwrap() error { return e.err }
+
+// damaged reports whether retrying cannot help: the stream's stored bytes
+// do not match their checksums or format, or its file is gone. A failed
+// read of another kind (EIO, permissions) may be passing, or repaired by
+// an operator, and is retried as a failed send is.
+func (e *unreadableStream) damaged() bool {
+	return errors.Is(e.err, streamfile.ErrCorrupt) || errors.Is(e.err, fs.ErrNotExist)
+}
+
+// unreadableOnError makes a read error of a stream's section an
+// unreadableStream. It keeps the section's Seek and Size (the zip writer
+// stores entries it can read twice).
+type unreadableOnError struct {
+	*io.SectionReader
+	id int64
+}
+
+func (u unreadableOnError) Read(p []byte) (int, error) {
+	n, err := u.SectionReader.Read(p)
+	return n, u.wrap(err)
+}
+
+func (u unreadableOnError) ReadAt(p []byte, off int64) (int, error) {
+	n, err := u.SectionReader.ReadAt(p, off)
+	return n, u.wrap(err)
+}
+
+func (u unreadableOnError) wrap(err error) error {
+	if err != nil && err != io.EOF {
+		return &unreadableStream{id: u.id, err: err}
+	}
+	return err
 }
 
 // commonAttributes are the attributes every stream of an aggregate shares

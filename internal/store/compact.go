@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/streamfile"
 )
 
 // Compaction of packs. A pack goes whole once every stream in it may be
@@ -185,7 +186,7 @@ func (s *Store) copyStaying(oldPath, newPath string, staying []meta.PackMove) (i
 	if err := mkdirAllSync(filepath.Dir(newPath)); err != nil {
 		return 0, fmt.Errorf("create pack directory: %w: %w", errPackNotCreated, err)
 	}
-	dst, err := os.OpenFile(newPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	dst, err := os.OpenFile(newPath, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)
 	if err != nil {
 		return 0, fmt.Errorf("create pack: %w: %w", errPackNotCreated, err)
 	}
@@ -196,6 +197,15 @@ func (s *Store) copyStaying(oldPath, newPath string, staying []meta.PackMove) (i
 		n, err := io.CopyBuffer(onlyWriter{dst}, io.NewSectionReader(src, m.Offset, m.Size), buf)
 		if err == nil && n != m.Size {
 			err = fmt.Errorf("stream %d: %d of its %d bytes in the pack: %w", m.ID, n, m.Size, io.ErrUnexpectedEOF)
+		}
+		if err == nil {
+			// The copy is checked, every block against its checksum (in
+			// the page cache: it was just written), before any row may
+			// name it: damaged bytes (bit rot in the old pack, or a bad
+			// read) must not move into a new pack as if they were good,
+			// nor the old pack, the evidence, go. The pack is then not
+			// compacted; the damaged stream is named in the error.
+			err = s.verifyCopy(dst, off, m.Size)
 		}
 		if err != nil {
 			dst.Close()
@@ -215,6 +225,19 @@ func (s *Store) copyStaying(oldPath, newPath string, staying []meta.PackMove) (i
 		return 0, err
 	}
 	return off, nil
+}
+
+// verifyCopy checks the stream file at [off, off+size) of f: its header,
+// index and trailer, and every block's checksum.
+func (s *Store) verifyCopy(f *os.File, off, size int64) error {
+	r, err := streamfile.NewReader(io.NewSectionReader(f, off, size), size, s.codec)
+	if err == nil {
+		err = r.Verify()
+	}
+	if errors.Is(err, streamfile.ErrCorrupt) {
+		return fmt.Errorf("its stored data is damaged: %w", err)
+	}
+	return err
 }
 
 // errPackNotCreated is copyStaying's error when it did not create the new

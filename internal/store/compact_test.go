@@ -955,6 +955,105 @@ func TestCompactShortPack(t *testing.T) {
 	})
 }
 
+// TestCompactDamagedStream: a staying stream whose bytes in the pack were
+// damaged (bit rot, a bad disk) is not copied into a new pack as if it
+// were good: the pack is not compacted, the error names the stream and
+// says it is damaged, and nothing changes (the damaged pack stays, the
+// evidence; no new pack or record is left; the other streams read as
+// before). Once the damaged stream is deleted and purgeable, the pack
+// compacts without it.
+func TestCompactDamagedStream(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		f, s := newCompactFix(t, e, "n1", 16)
+		bad := mustRow(t, e, f.live[1].ID)
+		path := filepath.Join(e.root(), f.old)
+		pf, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A bit in the payload of its first block (after the 24-byte
+		// file header and the 28-byte block header).
+		b := make([]byte, 1)
+		at := bad.PackOffset + 24 + 28 + 3
+		if _, err := pf.ReadAt(b, at); err != nil {
+			t.Fatal(err)
+		}
+		b[0] ^= 0x10
+		if _, err := pf.WriteAt(b, at); err != nil {
+			t.Fatal(err)
+		}
+		pf.Close()
+		damaged, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := packFiles(t, e.root())
+
+		res, err := s.PurgeDeleted(ctx, f.cut)
+		if err == nil || !errors.Is(err, streamfile.ErrCorrupt) || !strings.Contains(err.Error(), fmt.Sprintf("stream %d", bad.ID)) {
+			t.Fatalf("PurgeDeleted = %+v, %v; want an error naming stream %d as damaged", res, err, bad.ID)
+		}
+		if res.Packs != 0 {
+			t.Errorf("PurgeDeleted = %+v: a pack compacted", res)
+		}
+		if now, err := os.ReadFile(path); err != nil || string(now) != string(damaged) {
+			t.Errorf("the damaged pack changed (%v)", err)
+		}
+		if after := packFiles(t, e.root()); !slices.Equal(before, after) {
+			t.Errorf("packs %v after the refused compaction, %v before", after, before)
+		}
+		if left, err := e.repo.PackRemovals(ctx, f.node); err != nil || len(left) > 0 {
+			t.Errorf("pack removals left recorded: %v, %v", left, err)
+		}
+		for _, st := range append(slices.Clone(f.live), f.recent...) {
+			row := mustRow(t, e, st.ID)
+			if row.Pack != f.old {
+				t.Errorf("stream %d moved to %s", st.ID, row.Pack)
+			}
+			err := readRow(s, row, f.content[st.ID])
+			switch {
+			case st.ID == bad.ID && (err == nil || !strings.Contains(err.Error(), "checksum mismatch")):
+				t.Errorf("damaged stream %d read: %v, want a checksum mismatch", st.ID, err)
+			case st.ID != bad.ID && err != nil:
+				t.Errorf("stream %d of the damaged pack: %v", st.ID, err)
+			}
+		}
+		for _, st := range f.purge {
+			if _, err := e.repo.GetStream(ctx, st.ID); err != nil {
+				t.Errorf("claimed stream %d of the damaged pack: %v", st.ID, err)
+			}
+		}
+
+		// The operator deletes the damaged stream; once it may be purged,
+		// the pack compacts without it.
+		del(t, e, bad)
+		cut := time.Now().UnixMilli() + 1
+		for time.Now().UnixMilli() < cut {
+			time.Sleep(time.Millisecond)
+		}
+		res, err = s.PurgeDeleted(ctx, cut)
+		if err != nil || res.Packs != 1 {
+			t.Fatalf("PurgeDeleted after the damaged stream's deletion = %+v, %v; want the pack compacted", res, err)
+		}
+		if _, err := e.repo.GetStream(ctx, bad.ID); !errors.Is(err, meta.ErrNotFound) {
+			t.Errorf("the damaged stream after its purge: %v", err)
+		}
+		for _, st := range append(slices.Clone(f.live), f.later...) {
+			if st.ID == bad.ID {
+				continue
+			}
+			row := mustRow(t, e, st.ID)
+			if row.Pack == f.old {
+				t.Errorf("stream %d still in the old pack", st.ID)
+			}
+			if err := readRow(s, row, f.content[st.ID]); err != nil {
+				t.Errorf("stream %d after the compaction: %v", st.ID, err)
+			}
+		}
+	})
+}
+
 // TestCompactTakeover: a server that lost its node's lock (PostgreSQL)
 // may be compacting when another server starts as that node on the same
 // data directory; that start carries out the node's recorded pack

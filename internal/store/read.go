@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/streamfile"
@@ -116,4 +118,29 @@ func (s *Store) Path(st meta.Stream) string {
 		return filepath.Join(s.opt.Root, st.Pack)
 	}
 	return s.path(&st)
+}
+
+// Problem says in a few words, for the stream's reader (an API caller, a
+// proxy's failure area), why its file could not be opened or read: its
+// bytes are damaged (they do not match their checksums or the format),
+// the file is missing, it may not be read, or the disk failed to read it.
+// It names no path (the log has the details). It is "" when err is none
+// of these.
+func Problem(err error) string {
+	var pe *fs.PathError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &pe) && pe.Op != "open" && pe.Op != "read" && pe.Op != "stat":
+		return "" // writing somewhere else failed, say
+	case errors.Is(err, streamfile.ErrCorrupt):
+		return "its stored data is damaged"
+	case errors.Is(err, fs.ErrNotExist):
+		return "its stored file is missing"
+	case errors.Is(err, fs.ErrPermission):
+		return "its stored file may not be read (permissions)"
+	case errors.Is(err, syscall.EIO):
+		return "the disk failed to read its stored file (I/O error)"
+	}
+	return ""
 }

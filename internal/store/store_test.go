@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -545,4 +546,25 @@ func TestForwardedPostForgottenWhenCommitFails(t *testing.T) {
 			t.Errorf("the stored post's record: %q %v %v", rid, ok, err)
 		}
 	})
+}
+
+// TestProblem: the few words a stream's reader is told about a file that
+// cannot be read, and none for errors that are not about reading it.
+func TestProblem(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{nil, ""},
+		{fmt.Errorf("stream 3: %w", streamfile.ErrCorrupt), "its stored data is damaged"},
+		{fmt.Errorf("stream 3: open file: %w", &os.PathError{Op: "open", Path: "/x", Err: syscall.ENOENT}), "its stored file is missing"},
+		{&os.PathError{Op: "open", Path: "/x", Err: syscall.EACCES}, "its stored file may not be read (permissions)"},
+		{&os.PathError{Op: "read", Path: "/x", Err: syscall.EIO}, "the disk failed to read its stored file (I/O error)"},
+		{&os.PathError{Op: "write", Path: "/export.zip", Err: syscall.EIO}, ""},
+		{errors.New("database is locked"), ""},
+	} {
+		if got := store.Problem(c.err); got != c.want {
+			t.Errorf("Problem(%v) = %q, want %q", c.err, got, c.want)
+		}
+	}
 }

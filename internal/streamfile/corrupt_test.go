@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -346,5 +347,51 @@ func testForgedUncompressedLength(t *testing.T, comp Compression, enc uint8) {
 	_, err = sec.ReadAt(make([]byte, 1), e.secOffset)
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), fmt.Sprintf("block %d", last)) {
 		t.Errorf("ReadAt of block with forged length: err = %v, want ErrCorrupt naming block %d", err, last)
+	}
+}
+
+// eioReaderAt fails every read at or past off with EIO, as a bad sector.
+type eioReaderAt struct {
+	b   []byte
+	off int64
+}
+
+func (r eioReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if off+int64(len(p)) > r.off && off < r.off+1 {
+		return 0, &os.PathError{Op: "read", Path: "stream", Err: syscall.EIO}
+	}
+	return bytes.NewReader(r.b).ReadAt(p, off)
+}
+
+// TestVerify: Verify checks every block of a file without inflating it:
+// nil for an intact file, ErrCorrupt for a byte flipped in any block's
+// header or payload, and an I/O error (not ErrCorrupt) for a failed read.
+func TestVerify(t *testing.T) {
+	c := newTestCodec(t)
+	file := corruptTestStream(t, c)
+	r, err := NewReader(bytes.NewReader(file), int64(len(file)), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Verify(); err != nil {
+		t.Fatalf("Verify of an intact file: %v", err)
+	}
+	for pos := int64(headerLen); pos < r.indexOffset; pos++ {
+		mutated := bytes.Clone(file)
+		mutated[pos] ^= 0x01
+		r, err := NewReader(bytes.NewReader(mutated), int64(len(mutated)), c)
+		if err != nil {
+			t.Fatalf("byte %d flipped: NewReader: %v (blocks are checked when read)", pos, err)
+		}
+		if err := r.Verify(); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("byte %d flipped: Verify = %v, want ErrCorrupt", pos, err)
+		}
+	}
+	r, err = NewReader(eioReaderAt{b: file, off: headerLen + 100}, int64(len(file)), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Verify(); err == nil || errors.Is(err, ErrCorrupt) || !errors.Is(err, syscall.EIO) {
+		t.Errorf("Verify with a failing read = %v, want EIO and not ErrCorrupt", err)
 	}
 }

@@ -347,31 +347,70 @@ func (s *sectionReaderAt) setCache(i int, pb *[]byte) {
 	}
 }
 
-// readBlock reads block i of the section, verifies it against its CRC and the
-// index, and inflates it into dst, whose length is the block's ulen.
-func (s *sectionReaderAt) readBlock(i int, dst []byte) error {
+// Verify reads every block of the file and checks it against its CRC and
+// the index, without inflating it: the header, trailer and index were
+// checked by NewReader, so a nil error means every byte of the file is as
+// written. A damaged block is an error wrapping ErrCorrupt; a failed read
+// is passed on as an I/O error.
+func (r *Reader) Verify() error {
+	for i := range r.sections {
+		sec := &r.sections[i]
+		s := &sectionReaderAt{r: r, sec: sec, ch: Channel(i % numChannels), part: i / numChannels}
+		for j := range sec.blocks {
+			pb, err := s.checkBlock(j)
+			if pb != nil {
+				r.c.bufs.put(pb)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkBlock reads block i of the section (its header and payload, into a
+// buffer of the pool, returned also on failure) and verifies it against
+// its CRC and the index.
+func (s *sectionReaderAt) checkBlock(i int) (*[]byte, error) {
 	r := s.r
 	e := s.sec.blocks[i]
 	// Named only on failure: formatting it per read would cost an
 	// allocation on the hot path.
 	name := func() string { return blockName(s.ch, s.part, i, e.fileOffset) }
 	pb := r.c.bufs.get(blockHeaderLen + int(e.clen))
-	defer r.c.bufs.put(pb)
 	raw := *pb
 	if err := readFull(r.ra, raw, e.fileOffset, name); err != nil {
-		return fmt.Errorf("streamfile: %w", err)
+		return pb, fmt.Errorf("streamfile: %w", err)
 	}
 	h, reserved := parseBlockHeader(raw)
 	payload := raw[blockHeaderLen:]
 	tab := r.c.crc
 	if got := crc32.Update(crc32.Checksum(raw[:24], tab), tab, payload); got != h.crc {
-		return corruptf("streamfile: %s: checksum mismatch (stored %#08x, computed %#08x)", name(), h.crc, got)
+		return pb, corruptf("streamfile: %s: checksum mismatch (stored %#08x, computed %#08x)", name(), h.crc, got)
 	}
 	if h.channel != s.ch || h.part != uint32(s.part) || h.secOffset != uint64(e.secOffset) ||
 		h.clen != e.clen || h.ulen != e.ulen || reserved != 0 {
-		return corruptf("streamfile: %s: header (%s part %d offset %d, %d→%d bytes) disagrees with the index (offset %d, %d→%d bytes)",
+		return pb, corruptf("streamfile: %s: header (%s part %d offset %d, %d→%d bytes) disagrees with the index (offset %d, %d→%d bytes)",
 			name(), h.channel, h.part, h.secOffset, h.clen, h.ulen, e.secOffset, e.clen, e.ulen)
 	}
+	return pb, nil
+}
+
+// readBlock reads block i of the section, verifies it against its CRC and the
+// index, and inflates it into dst, whose length is the block's ulen.
+func (s *sectionReaderAt) readBlock(i int, dst []byte) error {
+	r := s.r
+	e := s.sec.blocks[i]
+	name := func() string { return blockName(s.ch, s.part, i, e.fileOffset) }
+	pb, err := s.checkBlock(i)
+	defer r.c.bufs.put(pb)
+	if err != nil {
+		return err
+	}
+	raw := *pb
+	h, _ := parseBlockHeader(raw)
+	payload := raw[blockHeaderLen:]
 	switch h.encoding {
 	case encRaw:
 		if h.clen != h.ulen {
