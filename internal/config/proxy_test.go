@@ -269,6 +269,7 @@ func TestValidateProxy(t *testing.T) {
 		{"shrinking retry delay", func(p *Proxy) { p.ForwardHTTPDestinations[0].Queue.RetryDelayGrowthFactor = 0.5 }, "retryDelayGrowthFactor"},
 		{"negative repository size", func(p *Proxy) { p.Repository.MaxSize = -1 }, "repository"},
 		{"compression level 10", func(p *Proxy) { ten := 10; p.ForwardHTTPDestinations[0].CompressionLevel = &ten }, "compressionLevel"},
+		{"zip compression unknown", func(p *Proxy) { p.ForwardHTTPDestinations[0].ZipCompression = "zstd" }, "zipCompression"},
 		{"serve setting", func(p *Proxy) { p.Log.Level = "loud" }, "log.level"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -282,7 +282,10 @@ func (s *Store) keepLeftovers(ids []int64, forget []meta.ForwardedPost) {
 // retryLeftovers removes the leftovers, if any, now that a commit has
 // succeeded (the database answers again). It runs on the committer's
 // goroutine, which must not wait for a request of its own: the removal is
-// submitted from another, one at a time.
+// submitted from another. A removal that fails is tried again after a
+// delay (1 s, doubling up to 30 s) until it succeeds or the store closes,
+// not only after the next commit: the first try after an outage can meet
+// a connection the outage broke, and no post may come to commit again.
 func (s *Store) retryLeftovers() {
 	l := &s.left
 	l.mu.Lock()
@@ -290,23 +293,41 @@ func (s *Store) retryLeftovers() {
 		l.mu.Unlock()
 		return
 	}
-	ids, forget := l.ids, l.forget
-	l.ids, l.forget, l.retrying = nil, nil, true
+	l.retrying = true
 	l.mu.Unlock()
 	go func() {
-		err := s.submit(context.Background(), &request{delete: ids, forget: forget})
-		l.mu.Lock()
-		l.retrying = false
-		if err != nil {
+		delay := time.Second
+		for {
+			l.mu.Lock()
+			ids, forget := l.ids, l.forget
+			l.ids, l.forget = nil, nil
+			if len(ids) == 0 && len(forget) == 0 {
+				l.retrying = false
+				l.mu.Unlock()
+				return
+			}
+			l.mu.Unlock()
+			err := s.submit(context.Background(), &request{delete: ids, forget: forget})
+			if err == nil {
+				s.opt.Logger.Info("removed the rows of posts aborted while the metadata database was unavailable", "ids", ids, "forwardedPosts", len(forget))
+				continue // any that failed meanwhile
+			}
+			l.mu.Lock()
 			l.ids = append(l.ids, ids...)
 			l.forget = append(l.forget, forget...)
+			l.mu.Unlock()
+			if errors.Is(err, ErrClosed) {
+				break
+			}
+			s.opt.Logger.Warn("cannot remove the rows of aborted posts yet; trying again", "ids", ids, "in", delay.String(), "err", err)
+			select {
+			case <-time.After(delay):
+			case <-s.done:
+			}
+			delay = min(2*delay, 30*time.Second)
 		}
+		l.mu.Lock()
+		l.retrying = false
 		l.mu.Unlock()
-		switch {
-		case err == nil:
-			s.opt.Logger.Info("removed the rows of posts aborted while the metadata database was unavailable", "ids", ids, "forwardedPosts", len(forget))
-		case !errors.Is(err, ErrClosed):
-			s.opt.Logger.Warn("cannot remove the rows of aborted posts yet; trying again after the next commit", "ids", ids, "err", err)
-		}
 	}()
 }
