@@ -208,7 +208,6 @@ func LoadProxy(path string) (Proxy, error) {
 	return cfg, nil
 }
 
-// AddForward adds an HTTP destination with default settings (--forward).
 // ZipS2 reports whether the destination may be sent S2 entries when the
 // downstream reads them (zipCompression is auto or not set).
 func (h HTTPDestination) ZipS2() bool {
@@ -229,6 +228,7 @@ func (h HTTPDestination) ZipLevel() int {
 	return *h.CompressionLevel
 }
 
+// AddForward adds an HTTP destination with default settings (--forward).
 func (p *Proxy) AddForward(u string) {
 	p.ForwardHTTPDestinations = append(p.ForwardHTTPDestinations, HTTPDestination{ForwardURL: u, Queue: DefaultQueue()})
 	p.fillQueues()
@@ -384,6 +384,11 @@ func (p *Proxy) ValidateProxy() error {
 			enabled++
 			if h.Instant {
 				instant++
+				// An instant destination relays each post's body as it
+				// came: it writes no zip.
+				if h.ZipCompression != "" {
+					add("%s.zipCompression: an instant destination writes no zips (it relays each post as it came)", prefix)
+				}
 			}
 		}
 	}

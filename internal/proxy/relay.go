@@ -40,7 +40,8 @@ func (d *HTTPDestination) HasLiveness() bool              { return d.cfg.Livenes
 func (d *HTTPDestination) Live(ctx context.Context) error { return d.sender.Live(ctx) }
 
 // NewZip starts the zip of a send on w, the body writer Send gave the
-// send's write function: S2 entries when Send chose them, else entries
+// send's write function (which must pass it on unwrapped: the choice
+// travels with it): S2 entries when Send chose them, else entries
 // deflated at compressionLevel (stored at 0).
 func (d *HTTPDestination) NewZip(w io.Writer) *stroomzip.Writer {
 	if c, ok := w.(*s2Body); ok && c.s2 {
@@ -62,24 +63,35 @@ type s2Body struct {
 func (d *HTTPDestination) Sender() *HTTPSender { return d.sender }
 
 // Send posts the aggregate as a zip (Compression: ZIP) with its common
-// allow-listed attributes as headers.
+// allow-listed attributes as headers. A zip of S2 entries that is refused
+// by a downstream whose answer no longer announces them (another system
+// now behind the URL, an older weir, a pool of mixed backends) is sent
+// again at once with the standard methods, in the same attempt: the
+// refusal was of this proxy's choice of method, not of the data, and a
+// queued retry could choose S2 again (another answer may announce it
+// meanwhile) or never come (queue.maxRetryAge: 0).
 func (d *HTTPDestination) Send(ctx context.Context, _ meta.Aggregate, attrs *attr.Map, write func(io.Writer) error) Outcome {
 	s2 := d.cfg.ZipS2() && d.readsS2.Load()
+	r := d.post(ctx, attrs, write, s2)
+	if s2 && !r.OK() && r.HTTPStatus != 0 && !r.ReadsS2 && ctx.Err() == nil {
+		first := r
+		r = d.post(ctx, attrs, write, false)
+		r.Bytes += first.Bytes
+		r.Duration += first.Duration
+	}
+	return outcomeOf(r)
+}
+
+// post makes one POST of the zip, its entries S2 or not as s2 says, and
+// remembers what the answer says of S2.
+func (d *HTTPDestination) post(ctx context.Context, attrs *attr.Map, write func(io.Writer) error, s2 bool) Result {
 	r := d.sender.PostStream(ctx, d.sender.Headers(attrs, "ZIP"), func(w io.Writer) error {
 		return write(&s2Body{Writer: w, s2: s2})
 	})
 	if r.HTTPStatus != 0 {
 		d.readsS2.Store(r.ReadsS2)
 	}
-	out := outcomeOf(r)
-	if s2 && !out.OK && r.HTTPStatus != 0 && !r.ReadsS2 {
-		// Sent S2 to a downstream that no longer reads it (replaced by
-		// another system, or an older weir): its refusal says nothing of
-		// the aggregate, which goes again with the standard methods.
-		out.Permanent = false
-		out.Message = "the downstream no longer announces S2 zips (" + stroomzip.S2Header + "); sent again with deflate: " + out.Message
-	}
-	return out
+	return r
 }
 
 func outcomeOf(r Result) Outcome {

@@ -19,8 +19,8 @@ import (
 // TestHTTPDestinationS2Fallback: a destination sends S2 entries only
 // after an answer that announces them, and the standard methods again
 // after one that does not. An S2 zip refused by a downstream that no
-// longer announces S2 (replaced by another system) is not a permanent
-// failure: the next attempt goes deflated.
+// longer announces S2 (replaced by an older weir) is sent again at once,
+// deflated, in the same attempt: the send succeeds.
 func TestHTTPDestinationS2Fallback(t *testing.T) {
 	var announce atomic.Bool
 	announce.Store(true)
@@ -38,11 +38,10 @@ func TestHTTPDestinationS2Fallback(t *testing.T) {
 			w.Header().Set(stroomzip.S2Header, "deflate, S2")
 		}
 		if m != zip.Deflate && m != zip.Store && !announce.Load() {
-			// As the reference system refuses what it cannot read: a
-			// code a proxy would otherwise never retry.
-			w.Header().Set("Stroom-Status", "120")
-			w.Header().Set("Stroom-Error", "Unexpected zip compression method")
-			w.WriteHeader(http.StatusNotAcceptable)
+			// As a weir without S2 refuses a zip it cannot read.
+			w.Header().Set("Service-Status", "400")
+			w.Header().Set("Service-Error", "Compressed stream invalid: zip: unsupported compression algorithm")
+			w.WriteHeader(http.StatusInternalServerError)
 			return
 		}
 		io.WriteString(w, "receipt\n")
@@ -71,14 +70,13 @@ func TestHTTPDestinationS2Fallback(t *testing.T) {
 		t.Fatalf("second send: %+v", out)
 	}
 	announce.Store(false) // the downstream is replaced
-	out := send()
-	if out.OK || out.Permanent {
-		t.Fatalf("S2 zip to a downstream that no longer reads it: OK %v, permanent %v; want a failure to retry", out.OK, out.Permanent)
+	if out := send(); !out.OK {
+		t.Fatalf("S2 zip to a downstream that no longer reads it, sent again deflated: %+v", out)
 	}
 	if out := send(); !out.OK {
-		t.Fatalf("the retry: %+v", out)
+		t.Fatalf("the next send: %+v", out)
 	}
-	want := []uint16{zip.Deflate, stroomzip.MethodS2, stroomzip.MethodS2, zip.Deflate}
+	want := []uint16{zip.Deflate, stroomzip.MethodS2, stroomzip.MethodS2, zip.Deflate, zip.Deflate}
 	if len(methods) != len(want) {
 		t.Fatalf("methods %v, want %v", methods, want)
 	}

@@ -3,7 +3,9 @@ package stroomzip
 import (
 	"archive/zip"
 	"bufio"
+	"errors"
 	"io"
+	"sync"
 
 	"github.com/klauspost/compress/s2"
 )
@@ -18,7 +20,7 @@ import (
 // A weir proxy forwarding to weir compresses with S2 because deflate
 // costs far more CPU on both sides: on log text deflate's fastest level
 // compresses at about 190 MB/s and inflates at 250, S2 at about 420 and
-// 1,100 (docs/performance.md), for a zip about a third larger.
+// 1,100 (docs/performance.md), for a bigger zip.
 const MethodS2 uint16 = 0x5332
 
 // S2Header is the response header with which a /datafeed says it reads
@@ -34,58 +36,68 @@ const S2HeaderValue = "s2"
 // than about half a megabyte per reader (S2's own limit is 4 MiB).
 const s2BlockSize = 256 << 10
 
+// The S2 writers and readers of every zip, kept between entries and
+// between zips: each holds buffers of about twice s2BlockSize (a reader
+// about 530 KiB), which a proxy sending an aggregate a second, or a main
+// service receiving them, would otherwise allocate for every one.
+var (
+	s2Writers = sync.Pool{New: func() any {
+		return s2.NewWriter(nil, s2.WriterConcurrency(1), s2.WriterBlockSize(s2BlockSize))
+	}}
+	s2Readers = sync.Pool{New: func() any {
+		return s2.NewReader(nil, s2.ReaderMaxBlockSize(s2BlockSize))
+	}}
+)
+
 // NewWriterS2 starts a zip whose entries are compressed with S2
 // (MethodS2), for a receiver that reads them (it sends S2Header).
 func NewWriterS2(w io.Writer) *Writer {
 	bw := bufio.NewWriterSize(w, outBuffer)
 	zw := zip.NewWriter(bw)
-	// One compressor serves every entry (zip closes one before the next
-	// starts); concurrency 1 compresses on the writer's goroutine, so an
-	// entry costs no goroutines.
-	var sw *s2.Writer
+	// Concurrency 1 compresses on the writer's goroutine, so an entry
+	// costs no goroutines.
 	zw.RegisterCompressor(MethodS2, func(out io.Writer) (io.WriteCloser, error) {
-		if sw == nil {
-			sw = s2.NewWriter(out, s2.WriterConcurrency(1), s2.WriterBlockSize(s2BlockSize))
-		} else {
-			sw.Reset(out)
-		}
-		return sw, nil
+		sw := s2Writers.Get().(*s2.Writer)
+		sw.Reset(out)
+		return pooledS2Writer{sw}, nil
 	})
 	return &Writer{bw: bw, zw: zw, method: MethodS2, buf: make([]byte, 32<<10)}
 }
 
-// RegisterS2 lets zr read entries compressed with MethodS2. Entries are
-// read one at a time, so one decompressor serves them all (should two
-// ever be open at once, the second gets its own).
+// pooledS2Writer goes back to the pool when its entry is closed.
+type pooledS2Writer struct{ *s2.Writer }
+
+func (w pooledS2Writer) Close() error {
+	err := w.Writer.Close()
+	w.Writer.Reset(nil)
+	s2Writers.Put(w.Writer)
+	return err
+}
+
+// RegisterS2 lets zr read entries compressed with MethodS2.
 func RegisterS2(zr *zip.Reader) {
-	spare := &reusedS2{}
 	zr.RegisterDecompressor(MethodS2, func(r io.Reader) io.ReadCloser {
-		if spare.inUse {
-			return io.NopCloser(newS2Reader(r))
-		}
-		if spare.r == nil {
-			spare.r = newS2Reader(r)
-		} else {
-			spare.r.Reset(r)
-		}
-		spare.inUse = true
-		return spare
+		sr := s2Readers.Get().(*s2.Reader)
+		sr.Reset(r)
+		return &pooledS2Reader{r: sr}
 	})
 }
 
-func newS2Reader(r io.Reader) *s2.Reader {
-	return s2.NewReader(r, s2.ReaderMaxBlockSize(s2BlockSize))
+// pooledS2Reader goes back to the pool when its entry is closed.
+type pooledS2Reader struct{ r *s2.Reader }
+
+func (p *pooledS2Reader) Read(b []byte) (int, error) {
+	if p.r == nil {
+		return 0, errors.New("s2: read after close")
+	}
+	return p.r.Read(b)
 }
 
-// reusedS2 is an S2 reader handed to one zip entry at a time.
-type reusedS2 struct {
-	r     *s2.Reader
-	inUse bool
-}
-
-func (r *reusedS2) Read(p []byte) (int, error) { return r.r.Read(p) }
-
-func (r *reusedS2) Close() error {
-	r.inUse = false
+func (p *pooledS2Reader) Close() error {
+	if p.r != nil {
+		p.r.Reset(nil)
+		s2Readers.Put(p.r)
+		p.r = nil
+	}
 	return nil
 }
