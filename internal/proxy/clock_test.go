@@ -1,14 +1,10 @@
 package proxy
 
 import (
-	"context"
-	"io"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta"
 )
@@ -172,18 +168,6 @@ func TestAggregateClosesByAgeAfterClockStepsBack(t *testing.T) {
 	}
 }
 
-// failingDest refuses every send with a 503.
-type failingDest struct{ sends atomic.Int64 }
-
-func (d *failingDest) Name() string               { return "down" }
-func (d *failingDest) Target() string             { return "nowhere" }
-func (d *failingDest) Live(context.Context) error { return nil }
-func (d *failingDest) HasLiveness() bool          { return false }
-func (d *failingDest) Send(context.Context, meta.Aggregate, *attr.Map, func(io.Writer) error) Outcome {
-	d.sends.Add(1)
-	return Outcome{HTTPStatus: 503, Message: "busy"}
-}
-
 // TestForwardAfterClockStepsBack: an aggregate's turn (next_ms) is a time
 // by the clock: when it closed, or its last failure plus the retry delay.
 // After the clock stepped back an hour, a retry due in 10 s waited the
@@ -193,7 +177,7 @@ func TestForwardAfterClockStepsBack(t *testing.T) {
 	repo := openRepo(t)
 	ctx := t.Context()
 	c := &clocks{wall: time.Now()}
-	dest := &failingDest{}
+	dest := &countingDest{refuse: true}
 	q := config.Queue{ForwardThreadCount: 2, RetryDelay: config.Duration(10 * time.Second),
 		MaxRetryDelay: config.Duration(10 * time.Minute), RetryDelayGrowthFactor: 2, MaxRetryAge: config.Duration(7 * 24 * time.Hour)}
 	p := New(Options{Repo: repo, Now: c.Now, Monotonic: c.Monotonic})

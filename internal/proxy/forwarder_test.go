@@ -15,8 +15,12 @@ import (
 	"github.com/weirhq/weir/internal/meta"
 )
 
-// countingDest counts the sends that reach it.
-type countingDest struct{ sends atomic.Int64 }
+// countingDest counts the sends that reach it, and accepts them all or,
+// with refuse, answers every one 503.
+type countingDest struct {
+	sends  atomic.Int64
+	refuse bool
+}
 
 func (d *countingDest) Name() string               { return "counting" }
 func (d *countingDest) Target() string             { return "nowhere" }
@@ -24,6 +28,9 @@ func (d *countingDest) Live(context.Context) error { return nil }
 func (d *countingDest) HasLiveness() bool          { return false }
 func (d *countingDest) Send(context.Context, meta.Aggregate, *attr.Map, func(io.Writer) error) Outcome {
 	d.sends.Add(1)
+	if d.refuse {
+		return Outcome{HTTPStatus: 503, Message: "busy"}
+	}
 	return Outcome{OK: true}
 }
 
