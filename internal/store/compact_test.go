@@ -114,6 +114,28 @@ func (f *compactFix) postBatch(t *testing.T, s *store.Store, name string, n int)
 	return ss
 }
 
+// assertUncompacted checks what a compaction that failed or was refused
+// must leave: the packs as they were (before), no pack removal recorded,
+// and each of streams still in the old pack, whose read error (nil when
+// it reads back exactly) goes to check.
+func (f *compactFix) assertUncompacted(t *testing.T, s *store.Store, before []string, streams []meta.Stream, check func(id int64, err error)) {
+	t.Helper()
+	e := f.e
+	if after := packFiles(t, e.root()); !slices.Equal(before, after) {
+		t.Errorf("packs %v after the compaction that did not happen, %v before", after, before)
+	}
+	if left, err := e.repo.PackRemovals(context.Background(), f.node); err != nil || len(left) > 0 {
+		t.Errorf("pack removals left recorded: %v, %v", left, err)
+	}
+	for _, st := range streams {
+		row := mustRow(t, e, st.ID)
+		if row.Pack != f.old {
+			t.Errorf("stream %d moved to %s", st.ID, row.Pack)
+		}
+		check(st.ID, readRow(s, row, f.content[st.ID]))
+	}
+}
+
 // newCompactFix writes the mixed pack (n streams: a half to purge, a
 // quarter live, a quarter deleted after cut) on day one, deletes, and
 // posts on days two and three (closing the pack). The store is on day
@@ -925,21 +947,11 @@ func TestCompactShortPack(t *testing.T) {
 		if got := packSize(t, e, f.old); got != f.oldSize-10 {
 			t.Errorf("the damaged pack is %d bytes, was %d", got, f.oldSize-10)
 		}
-		if after := packFiles(t, e.root()); !slices.Equal(before, after) {
-			t.Errorf("packs %v after the failed compaction, %v before", after, before)
-		}
-		if left, err := e.repo.PackRemovals(ctx, f.node); err != nil || len(left) > 0 {
-			t.Errorf("pack removals left recorded: %v, %v", left, err)
-		}
-		for _, st := range append(slices.Clone(f.live), f.recent[:len(f.recent)-1]...) {
-			row := mustRow(t, e, st.ID)
-			if row.Pack != f.old {
-				t.Errorf("stream %d moved to %s", st.ID, row.Pack)
+		f.assertUncompacted(t, s, before, append(slices.Clone(f.live), f.recent[:len(f.recent)-1]...), func(id int64, err error) {
+			if err != nil {
+				t.Errorf("readable stream %d of the damaged pack: %v", id, err)
 			}
-			if err := readRow(s, row, f.content[st.ID]); err != nil {
-				t.Errorf("readable stream %d of the damaged pack: %v", st.ID, err)
-			}
-		}
+		})
 		for _, st := range f.purge {
 			if _, err := e.repo.GetStream(ctx, st.ID); err != nil {
 				t.Errorf("claimed stream %d of the damaged pack: %v", st.ID, err)
@@ -1000,25 +1012,14 @@ func TestCompactDamagedStream(t *testing.T) {
 		if now, err := os.ReadFile(path); err != nil || string(now) != string(damaged) {
 			t.Errorf("the damaged pack changed (%v)", err)
 		}
-		if after := packFiles(t, e.root()); !slices.Equal(before, after) {
-			t.Errorf("packs %v after the refused compaction, %v before", after, before)
-		}
-		if left, err := e.repo.PackRemovals(ctx, f.node); err != nil || len(left) > 0 {
-			t.Errorf("pack removals left recorded: %v, %v", left, err)
-		}
-		for _, st := range append(slices.Clone(f.live), f.recent...) {
-			row := mustRow(t, e, st.ID)
-			if row.Pack != f.old {
-				t.Errorf("stream %d moved to %s", st.ID, row.Pack)
-			}
-			err := readRow(s, row, f.content[st.ID])
+		f.assertUncompacted(t, s, before, append(slices.Clone(f.live), f.recent...), func(id int64, err error) {
 			switch {
-			case st.ID == bad.ID && (err == nil || !strings.Contains(err.Error(), "checksum mismatch")):
-				t.Errorf("damaged stream %d read: %v, want a checksum mismatch", st.ID, err)
-			case st.ID != bad.ID && err != nil:
-				t.Errorf("stream %d of the damaged pack: %v", st.ID, err)
+			case id == bad.ID && (err == nil || !strings.Contains(err.Error(), "checksum mismatch")):
+				t.Errorf("damaged stream %d read: %v, want a checksum mismatch", id, err)
+			case id != bad.ID && err != nil:
+				t.Errorf("stream %d of the damaged pack: %v", id, err)
 			}
-		}
+		})
 		for _, st := range f.purge {
 			if _, err := e.repo.GetStream(ctx, st.ID); err != nil {
 				t.Errorf("claimed stream %d of the damaged pack: %v", st.ID, err)
@@ -1178,21 +1179,11 @@ func TestCompactDiskFull(t *testing.T) {
 		if !errors.Is(err, syscall.ENOSPC) || res.Packs != 0 {
 			t.Fatalf("PurgeDeleted on a full disk = %+v, %v; want ENOSPC", res, err)
 		}
-		if after := packFiles(t, e.root()); !slices.Equal(before, after) {
-			t.Errorf("packs %v after the failed compaction, %v before", after, before)
-		}
-		if left, err := e.repo.PackRemovals(ctx, f.node); err != nil || len(left) > 0 {
-			t.Errorf("pack removals left recorded: %v, %v", left, err)
-		}
-		for _, st := range append(slices.Clone(f.live), f.recent...) {
-			row := mustRow(t, e, st.ID)
-			if row.Pack != f.old {
-				t.Errorf("stream %d moved to %s", st.ID, row.Pack)
+		f.assertUncompacted(t, s, before, append(slices.Clone(f.live), f.recent...), func(id int64, err error) {
+			if err != nil {
+				t.Errorf("stream %d: %v", id, err)
 			}
-			if err := readRow(s, row, f.content[st.ID]); err != nil {
-				t.Errorf("stream %d: %v", st.ID, err)
-			}
-		}
+		})
 		if err := os.Remove(filler); err != nil {
 			t.Fatal(err)
 		}
