@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -76,6 +78,16 @@ func (rr *recordingRelay) methods(t *testing.T) [][]uint16 {
 	return out
 }
 
+// noiseText is n bytes of printable text that compresses little.
+func noiseText(n int) string {
+	rng := rand.New(rand.NewPCG(7, uint64(n)))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(' ' + rng.IntN(95))
+	}
+	return string(b)
+}
+
 // TestProxyForwardsS2: a proxy forwarding to weir learns from the main
 // service's first answer that it reads zips of S2 entries, and sends the
 // aggregates after it so (the first goes deflated); every post arrives
@@ -104,6 +116,12 @@ func TestProxyForwardsS2(t *testing.T) {
 				// Each post goes on its own once the one before arrived, so
 				// the first answer is in before the second zip is written.
 				data := fmt.Sprintf("event %d\n%s", i, bytes.Repeat([]byte("a log line that compresses well\n"), 200*(i+1)))
+				if i == 2 {
+					// Several of the store's blocks, one that S2 hardly
+					// compresses among them: the proxy passes its stored
+					// S2 blocks on as they are.
+					data += strings.Repeat("more log lines that compress\n", 12_000) + noiseText(300<<10)
+				}
 				post(t, p, []byte(data), "Feed", testFeed, "System", "sys").accepted(t)
 				sent = append(sent, data)
 				waitParts(t, main, i+1)

@@ -49,7 +49,7 @@ func writeStream(ctx context.Context, st *store.Store, s meta.Stream, zw *stroom
 			if err != nil {
 				return nil, err
 			}
-			return unreadableOnError{SectionReader: sr, id: s.ID}, nil
+			return sectionBlocks{unreadableOnError{SectionReader: sr, id: s.ID}, r, ch, part}, nil
 		}
 		m, err := sec(streamfile.Meta)
 		if err != nil {
@@ -120,6 +120,31 @@ func (u unreadableOnError) wrap(err error) error {
 	}
 	return err
 }
+
+// sectionBlocks is a section that a zip of S2 entries takes block by
+// block (stroomzip.Blocks), passing on the blocks that the store holds
+// S2-compressed as they are.
+type sectionBlocks struct {
+	unreadableOnError
+	r    *store.Reader
+	ch   streamfile.Channel
+	part int
+}
+
+func (b sectionBlocks) EachBlock(fn func(data, s2block []byte) error) error {
+	var fnErr error
+	err := b.r.Blocks(b.ch, b.part, func(data, s2block []byte) error {
+		fnErr = fn(data, s2block)
+		return fnErr
+	})
+	if err != nil && err != fnErr {
+		// The store's bytes could not be read, not the zip written.
+		return &unreadableStream{id: b.id, err: err}
+	}
+	return err
+}
+
+func (b sectionBlocks) BlockLimits() (int, int64) { return b.r.BlockLimits(b.ch, b.part) }
 
 // commonAttributes are the attributes every stream of an aggregate shares
 // with the same value (as the reference proxy's aggregate meta), plus the

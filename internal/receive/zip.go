@@ -4,6 +4,8 @@ import (
 	"archive/zip"
 	"context"
 	"errors"
+	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"slices"
@@ -337,11 +339,19 @@ func (r *budgetReader) Read(p []byte) (int, error) {
 		p = p[:b.limit-b.n+1]
 	}
 	n, err := r.r.Read(p)
-	b.n += int64(n)
-	if b.limit > 0 && b.n > b.limit {
-		return n, errorf(TooLarge, "Maximum request size exceeded (%s, receive.maxRequestSize): the zip's entries decompress to more", config.ByteSize(b.limit))
+	if berr := b.add(n); berr != nil {
+		return n, berr
 	}
 	return n, err
+}
+
+// add counts n more decompressed bytes.
+func (b *zipBudget) add(n int) error {
+	b.n += int64(n)
+	if b.limit > 0 && b.n > b.limit {
+		return errorf(TooLarge, "Maximum request size exceeded (%s, receive.maxRequestSize): the zip's entries decompress to more", config.ByteSize(b.limit))
+	}
+	return nil
 }
 
 // copyEntry copies zip entry i (or nothing, when i < 0, so that the part
@@ -349,6 +359,9 @@ func (r *budgetReader) Read(p []byte) (int, error) {
 func (p *post) copyEntry(w *store.Writer, ch streamfile.Channel, part int, files []*zip.File, i int, budget *zipBudget) (int64, error) {
 	var src io.Reader = eofReader{}
 	var name string
+	if i >= 0 && files[i].Method == stroomzip.MethodS2 {
+		return p.copyS2Entry(w, ch, part, files[i], budget)
+	}
 	if i >= 0 {
 		name = files[i].Name
 		rc, err := files[i].Open()
@@ -365,6 +378,75 @@ func (p *post) copyEntry(w *store.Writer, ch streamfile.Channel, part int, files
 		}
 		return wrap(CompressedInvalid, err, "zip entry %q is corrupt", name)
 	})
+}
+
+// s2BlockWriter is a stream section that can keep S2 blocks as they come
+// (the store's, when it compresses with S2).
+type s2BlockWriter interface {
+	WriteS2Block(data, block []byte) (int, error)
+}
+
+// copyS2Entry copies an entry of stroomzip.MethodS2 (from a weir proxy)
+// into one section of a stream chunk by chunk, so that the store keeps
+// the S2 blocks it is given instead of compressing their bytes again
+// (about a fifth of the CPU of receiving a proxy's zips). It checks what
+// the zip's own reader checks: the chunks' checksums, the entry's size
+// and CRC.
+func (p *post) copyS2Entry(w *store.Writer, ch streamfile.Channel, part int, zf *zip.File, budget *zipBudget) (int64, error) {
+	raw, err := zf.OpenRaw()
+	if err != nil {
+		return 0, wrap(CompressedInvalid, err, "zip entry %q cannot be read", zf.Name)
+	}
+	dst, err := w.Open(ch, part)
+	if err != nil {
+		return 0, storeError(err)
+	}
+	bw, _ := dst.(s2BlockWriter)
+	var (
+		total int64
+		sum   uint32
+		werr  error // the store's
+	)
+	err = stroomzip.EachS2Block(raw, func(data, block []byte) error {
+		if err := budget.add(len(data)); err != nil {
+			return err
+		}
+		total += int64(len(data))
+		if uint64(total) > zf.UncompressedSize64 {
+			return fmt.Errorf("%w: more bytes than its declared %d", zip.ErrFormat, zf.UncompressedSize64)
+		}
+		sum = crc32.Update(sum, crc32.IEEETable, data)
+		if bw != nil {
+			_, werr = bw.WriteS2Block(data, block)
+		} else {
+			_, werr = dst.Write(data)
+		}
+		return werr
+	})
+	if err == nil && uint64(total) != zf.UncompressedSize64 {
+		err = fmt.Errorf("%w: %d bytes, not its declared %d", io.ErrUnexpectedEOF, total, zf.UncompressedSize64)
+	}
+	// As the zip's reader: a CRC of 0 without a data descriptor is taken
+	// for one never set.
+	if err == nil && (zf.CRC32 != 0 || zf.Flags&0x8 != 0) && sum != zf.CRC32 {
+		err = zip.ErrChecksum
+	}
+	var e *Error
+	switch {
+	case err == nil:
+		if err := dst.Close(); err != nil {
+			return total, storeError(err)
+		}
+		return total, nil
+	case werr != nil && err == werr:
+		_ = dst.Close()
+		return total, storeError(err)
+	case errors.As(err, &e):
+		_ = dst.Close()
+		return total, e
+	}
+	_ = dst.Close()
+	return total, wrap(CompressedInvalid, err, "zip entry %q is corrupt", zf.Name)
 }
 
 // reusedInflater is an inflater handed to one zip entry at a time.

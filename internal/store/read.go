@@ -111,6 +111,18 @@ func (r *Reader) Section(ch streamfile.Channel, part int) (*io.SectionReader, er
 	return r.sf.Section(ch, part)
 }
 
+// Blocks calls fn with each block of one channel of one part, its bytes
+// and its S2 block when it is stored as one (streamfile.Reader.Blocks).
+func (r *Reader) Blocks(ch streamfile.Channel, part int, fn func(data, s2block []byte) error) error {
+	return r.sf.Blocks(ch, part, fn)
+}
+
+// BlockLimits returns the stream file's block size and the bytes the
+// blocks of one channel of one part take in it.
+func (r *Reader) BlockLimits(ch streamfile.Channel, part int) (maxBlock int, stored int64) {
+	return r.sf.BlockSize(), r.sf.StoredSize(ch, part)
+}
+
 // Path is the file holding the stream, for operators: its own file, or
 // the pack it is in (at PackOffset).
 func (s *Store) Path(st meta.Stream) string {

@@ -50,7 +50,9 @@
 // (and, by default, when it is under 4 KiB, where compressing costs more
 // than it saves), so clen <= ulen always holds and raw blocks have clen == ulen. All blocks of a
 // section are written in order and are full (ulen == blockSize) except the
-// last, but readers must not depend on that: the index is authoritative.
+// last, unless the writer was handed S2 blocks compressed elsewhere
+// (WriteS2Block: a weir proxy's blocks, kept as they came), which may be
+// shorter; readers must not depend on it: the index is authoritative.
 //
 // Index, at indexOffset (right after the last block, or at 24 if there are
 // none), indexLength = 16 + 72*nparts + 24*nblocks bytes:

@@ -400,49 +400,117 @@ func (s *sectionReaderAt) checkBlock(i int) (*[]byte, error) {
 // readBlock reads block i of the section, verifies it against its CRC and the
 // index, and inflates it into dst, whose length is the block's ulen.
 func (s *sectionReaderAt) readBlock(i int, dst []byte) error {
-	r := s.r
-	e := s.sec.blocks[i]
-	name := func() string { return blockName(s.ch, s.part, i, e.fileOffset) }
 	pb, err := s.checkBlock(i)
-	defer r.c.bufs.put(pb)
+	defer s.r.c.bufs.put(pb)
 	if err != nil {
 		return err
 	}
-	raw := *pb
+	_, err = s.inflate(i, *pb, dst)
+	return err
+}
+
+// inflate decodes block i of the section, read and checked by checkBlock
+// into raw, into dst, whose length is the block's ulen. It returns the
+// block's encoding.
+func (s *sectionReaderAt) inflate(i int, raw, dst []byte) (uint8, error) {
+	r := s.r
+	name := func() string { return blockName(s.ch, s.part, i, s.sec.blocks[i].fileOffset) }
 	h, _ := parseBlockHeader(raw)
 	payload := raw[blockHeaderLen:]
 	switch h.encoding {
 	case encRaw:
 		if h.clen != h.ulen {
-			return corruptf("streamfile: %s: raw block of %d bytes declares %d uncompressed", name(), h.clen, h.ulen)
+			return h.encoding, corruptf("streamfile: %s: raw block of %d bytes declares %d uncompressed", name(), h.clen, h.ulen)
 		}
 		copy(dst, payload)
 	case encZstd:
 		out, err := r.c.dec.DecodeAll(payload, dst[:0:len(dst)])
 		if errors.Is(err, zstd.ErrDecoderClosed) {
-			return fmt.Errorf("streamfile: %s: %w", name(), err)
+			return h.encoding, fmt.Errorf("streamfile: %s: %w", name(), err)
 		}
 		if err != nil {
-			return corruptf("streamfile: %s: inflate: %v", name(), err)
+			return h.encoding, corruptf("streamfile: %s: inflate: %v", name(), err)
 		}
 		if len(out) != len(dst) || &out[0] != &dst[0] {
-			return corruptf("streamfile: %s: inflated to %d bytes, index says %d", name(), len(out), len(dst))
+			return h.encoding, corruptf("streamfile: %s: inflated to %d bytes, index says %d", name(), len(out), len(dst))
 		}
 	case encS2:
 		// Check the declared length first: Decode would allocate for a
 		// longer one.
 		if n, err := s2.DecodedLen(payload); err != nil || n != len(dst) {
-			return corruptf("streamfile: %s: s2 block declares %d bytes (%v), index says %d", name(), n, err, len(dst))
+			return h.encoding, corruptf("streamfile: %s: s2 block declares %d bytes (%v), index says %d", name(), n, err, len(dst))
 		}
 		out, err := s2.Decode(dst[:0:len(dst)], payload)
 		if err != nil {
-			return corruptf("streamfile: %s: inflate: %v", name(), err)
+			return h.encoding, corruptf("streamfile: %s: inflate: %v", name(), err)
 		}
 		if len(out) != len(dst) || &out[0] != &dst[0] {
-			return corruptf("streamfile: %s: inflated to %d bytes, index says %d", name(), len(out), len(dst))
+			return h.encoding, corruptf("streamfile: %s: inflated to %d bytes, index says %d", name(), len(out), len(dst))
 		}
 	default:
-		return corruptf("streamfile: %s: unknown encoding %d", name(), h.encoding)
+		return h.encoding, corruptf("streamfile: %s: unknown encoding %d", name(), h.encoding)
+	}
+	return h.encoding, nil
+}
+
+// Blocks calls fn with each block of section (ch, part), in order: data is
+// the block's bytes, and s2block the block as stored when that is one S2
+// block (github.com/klauspost/compress/s2's block format; nil when the
+// block is stored another way). Both are valid only during the call. Each
+// block is checked as a read checks it. fn's error stops the walk and is
+// returned as it is; an absent section is an error wrapping
+// fs.ErrNotExist.
+//
+// It is for passing a section on in S2 without compressing it again (a
+// proxy forwarding to weir): decoding an S2 block costs a fraction of
+// encoding it, and the receiver needs the checksums of the bytes.
+func (r *Reader) Blocks(ch Channel, part int, fn func(data, s2block []byte) error) error {
+	sec := r.section(ch, part)
+	if sec == nil || !sec.present {
+		return fmt.Errorf("streamfile: section %s part %d: %w", ch, part, fs.ErrNotExist)
+	}
+	s := &sectionReaderAt{r: r, sec: sec, ch: ch, part: part, cacheIdx: -1}
+	for i, e := range sec.blocks {
+		err := func() error {
+			pb, err := s.checkBlock(i)
+			defer r.c.bufs.put(pb)
+			if err != nil {
+				return err
+			}
+			db := r.c.bufs.get(int(e.ulen))
+			defer r.c.bufs.put(db)
+			data := (*db)[:e.ulen]
+			enc, err := s.inflate(i, *pb, data)
+			if err != nil {
+				return err
+			}
+			var s2block []byte
+			if enc == encS2 {
+				s2block = (*pb)[blockHeaderLen:]
+			}
+			return fn(data, s2block)
+		}()
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
+
+// StoredSize returns the bytes that the blocks of (ch, part) take in the
+// file, their headers left out: what Blocks hands over, compressed; 0 if
+// the section is absent.
+func (r *Reader) StoredSize(ch Channel, part int) int64 {
+	sec := r.section(ch, part)
+	if sec == nil {
+		return 0
+	}
+	var n int64
+	for _, e := range sec.blocks {
+		n += int64(e.clen)
+	}
+	return n
+}
+
+// BlockSize returns the file's block size: no block holds more bytes.
+func (r *Reader) BlockSize() int { return int(r.blockSize) }

@@ -315,14 +315,7 @@ func (s *sectionWriter) emit(src []byte) error {
 		cb := w.c.bufs.get(compressBound(len(src)))
 		defer w.c.bufs.put(cb)
 		w.compress(cb, s.ch, s.part, s.secOff, src)
-		e := blockEntry{fileOffset: w.off, secOffset: s.secOff, clen: uint32(len(*cb) - blockHeaderLen), ulen: uint32(len(src))}
-		if err := w.write(*cb); err != nil {
-			return err
-		}
-		s.sec.blocks = append(s.sec.blocks, e)
-		w.nblocks++
-		s.secOff += int64(len(src))
-		return nil
+		return s.put(*cb, len(src))
 	}
 	if err := w.drain(pipelineDepth - 1); err != nil {
 		return err
@@ -337,6 +330,57 @@ func (s *sectionWriter) emit(src []byte) error {
 	}()
 	s.secOff += int64(len(src))
 	return nil
+}
+
+// put writes b, a block with its header holding ulen bytes, as the
+// section's next block.
+func (s *sectionWriter) put(b []byte, ulen int) error {
+	w := s.w
+	e := blockEntry{fileOffset: w.off, secOffset: s.secOff, clen: uint32(len(b) - blockHeaderLen), ulen: uint32(ulen)}
+	if err := w.write(b); err != nil {
+		return err
+	}
+	s.sec.blocks = append(s.sec.blocks, e)
+	w.nblocks++
+	s.secOff += int64(ulen)
+	return nil
+}
+
+// WriteS2Block writes data as Write does, given block, an S2 block
+// (github.com/klauspost/compress/s2's block format) that decodes to data,
+// as the caller has checked. When the Writer compresses with S2, nothing
+// is buffered, data fits in a block and block is smaller, block becomes
+// the section's next block as it is, sparing its compression: a weir
+// proxy's zips of S2 entries carry the blocks its own store made.
+// Otherwise data is written as Write writes it.
+func (s *sectionWriter) WriteS2Block(data, block []byte) (int, error) {
+	w := s.w
+	if s.buf == nil || w.err != nil || w.c.comp != S2 || len(*s.buf) != 0 ||
+		len(data) == 0 || len(data) > w.blockSize || len(block) == 0 || len(block) >= len(data) {
+		return s.Write(data)
+	}
+	// What the block says it decodes to, at the cost of reading a varint:
+	// a block that is not data's would be stored, and found only when read.
+	if n, err := s2.DecodedLen(block); err != nil || n != len(data) {
+		return s.Write(data)
+	}
+	if w.nblocks+len(w.inflight) >= maxBlocks {
+		return 0, fmt.Errorf("streamfile: write %s part %d: stream has the maximum of %d blocks", s.ch, s.part, maxBlocks)
+	}
+	// The blocks being compressed come first.
+	if err := w.drain(0); err != nil {
+		return 0, fmt.Errorf("streamfile: write %s part %d: %w", s.ch, s.part, err)
+	}
+	cb := w.c.bufs.get(blockHeaderLen + len(block))
+	defer w.c.bufs.put(cb)
+	out := append((*cb)[:blockHeaderLen], block...)
+	putBlockHeader(out, blockHeader{channel: s.ch, encoding: encS2, part: uint32(s.part), secOffset: uint64(s.secOff),
+		clen: uint32(len(block)), ulen: uint32(len(data))}, block, w.c.crc)
+	if err := s.put(out, len(data)); err != nil {
+		return 0, fmt.Errorf("streamfile: write %s part %d: %w", s.ch, s.part, err)
+	}
+	s.sec.size += int64(len(data))
+	return len(data), nil
 }
 
 // minCompressSize is the smallest block worth compressing. zstd's cost per

@@ -101,3 +101,141 @@ func TestRegisterS2BlockBound(t *testing.T) {
 		t.Errorf("read %d bytes of an entry with 4 MiB blocks; want an error", n)
 	}
 }
+
+// testBlocks is a Blocks source: its blocks, with the S2 block of those
+// that have one, readable as a whole too (for a writer that does not take
+// them block by block).
+type testBlocks struct {
+	*bytes.Reader
+	data, s2 [][]byte
+	maxBlock int
+	walked   bool
+	err      error
+}
+
+func newTestBlocks(maxBlock int, data, s2blocks [][]byte) *testBlocks {
+	return &testBlocks{Reader: bytes.NewReader(bytes.Join(data, nil)), data: data, s2: s2blocks, maxBlock: maxBlock}
+}
+
+func (b *testBlocks) EachBlock(fn func(data, s2block []byte) error) error {
+	b.walked = true
+	for i, d := range b.data {
+		if b.err != nil && i == len(b.data)-1 {
+			return b.err
+		}
+		if err := fn(d, b.s2[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *testBlocks) BlockLimits() (int, int64) {
+	var n int64
+	for i, d := range b.data {
+		if b.s2[i] != nil {
+			n += int64(len(b.s2[i]))
+		} else {
+			n += int64(len(d))
+		}
+	}
+	return b.maxBlock, n
+}
+
+// TestWriterS2Blocks: a zip of NewWriterS2 frames the S2 blocks of a
+// Blocks source as they are (their bytes are in the entry), compresses
+// the blocks that have none, and reads back exactly with its CRC and
+// sizes; a source whose blocks a receiver would refuse, or too large to
+// build in memory, is compressed as any reader; a source's error fails
+// the part.
+func TestWriterS2Blocks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	text := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = "abcd \n"[rng.IntN(6)]
+		}
+		return b
+	}
+	noise := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	// EncodeBest's blocks differ from what the writer's own compression
+	// makes of the same bytes, so finding them shows they were passed on.
+	enc := func(b []byte) []byte { return s2.EncodeBest(nil, b) }
+	t1, t2, t3 := text(s2BlockSize), text(s2BlockSize), text(5000)
+	small, random := text(300), noise(100<<10)
+	for _, tc := range []struct {
+		name    string
+		src     *testBlocks
+		passed  bool     // taken block by block
+		inEntry [][]byte // bytes the entry holds as they are
+	}{
+		{"S2 blocks", newTestBlocks(s2BlockSize, [][]byte{t1, t2, t3}, [][]byte{enc(t1), enc(t2), enc(t3)}), true, [][]byte{enc(t1), enc(t2), enc(t3)}},
+		{"blocks without S2", newTestBlocks(s2BlockSize, [][]byte{small, random, t3}, [][]byte{nil, nil, enc(t3)}), true, [][]byte{random, enc(t3)}},
+		{"no blocks", newTestBlocks(s2BlockSize, nil, nil), true, nil},
+		{"blocks larger than a receiver reads", newTestBlocks(2*s2BlockSize, [][]byte{t3}, [][]byte{enc(t3)}), false, nil},
+		{"larger than an entry built in memory", newTestBlocks(s2BlockSize, [][]byte{random, noise(maxWhole)}, [][]byte{nil, nil}), false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			w := NewWriterS2(&buf)
+			if _, err := w.WritePart(Part{Data: tc.src}); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.src.walked != tc.passed {
+				t.Errorf("taken block by block: %v, want %v", tc.src.walked, tc.passed)
+			}
+			want := bytes.Join(tc.src.data, nil)
+			if w.Bytes() != int64(len(want)) {
+				t.Errorf("Bytes() = %d, want %d", w.Bytes(), len(want))
+			}
+			zr, err := zip.NewReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			RegisterS2(zr)
+			f := zr.File[0]
+			if f.Method != MethodS2 || f.UncompressedSize64 != uint64(len(want)) {
+				t.Errorf("entry method %d, %d bytes; want %d, %d", f.Method, f.UncompressedSize64, MethodS2, len(want))
+			}
+			raw, err := f.OpenRaw()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rawBytes, err := io.ReadAll(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, b := range tc.inEntry {
+				if !bytes.Contains(rawBytes, b) {
+					t.Errorf("block %d (%d bytes) is not in the entry as it was", i, len(b))
+				}
+			}
+			rc, err := f.Open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(rc) // checks the chunks' and the zip's CRCs
+			rc.Close()
+			if err != nil || !bytes.Equal(got, want) {
+				t.Errorf("read back %d bytes (%v), want %d", len(got), err, len(want))
+			}
+		})
+	}
+	t.Run("error", func(t *testing.T) {
+		src := newTestBlocks(s2BlockSize, [][]byte{t1, t3}, [][]byte{enc(t1), nil})
+		src.err = errors.New("disk on fire")
+		w := NewWriterS2(io.Discard)
+		if _, err := w.WritePart(Part{Data: src}); !errors.Is(err, src.err) {
+			t.Errorf("WritePart: %v, want the source's error", err)
+		}
+	})
+}

@@ -50,6 +50,7 @@ type Writer struct {
 	bytes  int64  // uncompressed bytes written to entries
 	buf    []byte // copy buffer of every entry (io.Copy would allocate one per entry)
 	whole  []byte // a stored entry read whole, for its CRC and then its bytes
+	enc    []byte // a block compressed for an S2 entry of Blocks
 }
 
 // outBuffer is the size of the writes the zip reaches its writer in. A
@@ -131,8 +132,12 @@ func (w *Writer) WritePart(p Part) (int, error) {
 
 // entry writes one entry with r's content: STORED with its CRC and size
 // up front when the writer stores and r can be read twice, else DEFLATE
-// (or S2, for a writer of NewWriterS2).
+// (or S2, for a writer of NewWriterS2, from r's S2 blocks when it has
+// them).
 func (w *Writer) entry(name string, mod time.Time, r io.Reader) (int64, error) {
+	if b, ok := r.(Blocks); ok && w.method == MethodS2 && blocksFit(b) {
+		return w.s2Blocks(name, mod, b)
+	}
 	rs, ok := r.(io.ReadSeeker)
 	if !w.stored || !ok {
 		ew, err := w.zw.CreateHeader(&zip.FileHeader{Name: name, Method: w.method, Modified: mod})
