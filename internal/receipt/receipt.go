@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -169,13 +170,21 @@ type Generator struct {
 	epochMs int64 // the largest epoch issued; -1 before the first id
 	seq     int
 
-	// With Keep: the file holding the reserved ceiling, the ceiling
-	// (every epoch issued is below it), and after a failed write, the
-	// epoch from which the next write is tried.
-	keep      string
-	reserved  int64
-	retryFrom int64
-	keepErr   func(error)
+	// With Keep: the file holding the reserved ceiling, and how it is
+	// written (writeSynced; the tests watch it).
+	keep    string
+	keepErr func(error)
+	write   func(path string, v int64) error
+	// The durable ceiling (every epoch issued is below it), and after a
+	// failed write, the epoch from which the next write is tried. They
+	// change under fileMu, which orders the writes of the file; a
+	// reservation ahead is written on its own goroutine (refreshing,
+	// refreshes), so that no post waits for it.
+	fileMu     sync.Mutex
+	reserved   atomic.Int64
+	retryFrom  atomic.Int64
+	refreshing atomic.Bool
+	refreshes  sync.WaitGroup
 }
 
 // overflowWait is how long Next sleeps between clock reads when 10000 ids
@@ -229,23 +238,56 @@ func (g *Generator) Next() ID {
 		}
 		g.sleep(overflowWait)
 	}
-	if g.keep != "" && g.epochMs >= g.reserved && g.epochMs >= g.retryFrom {
-		g.reserve(g.epochMs + reserveAhead.Milliseconds())
+	if g.keep != "" {
+		g.reserveFor(g.epochMs)
 	}
 	return ID{EpochMs: g.epochMs, Seq: g.seq, Origin: g.origin, Node: g.node}
 }
 
 // reserveAhead is how far past the epoch being issued a reservation
-// reaches: one write of Keep's file per reserveAhead of ids, and after a
-// crash, how far ahead of the clock (at most) the next start's ids begin.
+// reaches, and after a crash, how far ahead of the clock (at most) the
+// next start's ids begin. A new reservation is written on its own once
+// the ids are within half of it of the ceiling, so every reserveAhead/2
+// of ids.
 const reserveAhead = 10 * time.Second
+
+// reserveFor makes sure epoch e is below the durable ceiling before an id
+// of it is returned, under g.mu: it waits for a write only when e has
+// reached the ceiling (a reservation ahead failed, or has not finished),
+// and starts the next one ahead of time.
+func (g *Generator) reserveFor(e int64) {
+	if e < g.retryFrom.Load() {
+		return
+	}
+	ahead := reserveAhead.Milliseconds()
+	switch r := g.reserved.Load(); {
+	case e >= r:
+		g.fileMu.Lock()
+		defer g.fileMu.Unlock()
+		if e >= g.reserved.Load() { // a reservation ahead may have just been written
+			g.reserve(e, e+ahead)
+		}
+	case e >= r-ahead/2 && g.refreshing.CompareAndSwap(false, true):
+		g.refreshes.Add(1)
+		go func() {
+			defer g.refreshes.Done()
+			defer g.refreshing.Store(false)
+			g.fileMu.Lock()
+			defer g.fileMu.Unlock()
+			if e+ahead > g.reserved.Load() {
+				g.reserve(e, e+ahead)
+			}
+		}()
+	}
+}
 
 // Keep makes ids unique across restarts, also when the clock at the next
 // start reads earlier than ids already issued (stepped back while weir was
 // stopped, or a restart after a step forward was corrected). The file at
 // path holds a ceiling on every epoch issued: Keep reads it, and the ids
 // issued from then on start at the ceiling while the clock is behind it;
-// Next raises it (durably, before the id is returned) 10 s at a time, and
+// Next raises it (durably, before an id at the ceiling is returned; ahead
+// of time, on its own goroutine, so that no post waits for the disk), and
 // Close lowers it to just past the last id. A write that fails is reported
 // to onErr (ids are still issued: their uniqueness across such a restart
 // is what is at risk) and tried again a second (of epochs) later.
@@ -267,12 +309,15 @@ func (g *Generator) Keep(path string, onErr func(error)) error {
 			// the clock is not past c.
 			g.epochMs, g.seq = c, -1
 		}
-		g.reserved = c
+		g.reserved.Store(c)
 	}
 	if onErr == nil {
 		onErr = func(error) {}
 	}
 	g.keep, g.keepErr = path, onErr
+	if g.write == nil {
+		g.write = writeSynced
+	}
 	return nil
 }
 
@@ -282,25 +327,30 @@ func (g *Generator) Keep(path string, onErr func(error)) error {
 func (g *Generator) Close() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	// A reservation ahead written after this would raise the ceiling again.
+	g.refreshes.Wait()
 	if g.keep == "" || g.epochMs < 0 {
 		return nil
 	}
+	g.fileMu.Lock()
+	defer g.fileMu.Unlock()
 	c := g.epochMs + 1
-	if err := writeSynced(g.keep, c); err != nil {
+	if err := g.write(g.keep, c); err != nil {
 		return fmt.Errorf("receipt ids: %w", err)
 	}
-	g.reserved = c
+	g.reserved.Store(c)
 	return nil
 }
 
-// reserve writes ceiling c, under g.mu.
-func (g *Generator) reserve(c int64) {
-	if err := writeSynced(g.keep, c); err != nil {
-		g.retryFrom = g.epochMs + time.Second.Milliseconds()
+// reserve writes ceiling c for ids of epoch e, under fileMu.
+func (g *Generator) reserve(e, c int64) {
+	if err := g.write(g.keep, c); err != nil {
+		g.retryFrom.Store(e + time.Second.Milliseconds())
 		g.keepErr(fmt.Errorf("receipt ids: cannot reserve ids up to %d: %w", c, err))
 		return
 	}
-	g.reserved, g.retryFrom = c, 0
+	g.reserved.Store(c)
+	g.retryFrom.Store(0)
 }
 
 // writeSynced replaces the file at path with v, durably: a temporary

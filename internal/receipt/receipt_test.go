@@ -1,10 +1,12 @@
 package receipt
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -264,11 +266,14 @@ func TestNextOverflowAfterClockWentBackFar(t *testing.T) {
 func TestKeepAcrossRestartWithEarlierClock(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "receipt-ids-node-1")
 	start := time.UnixMilli(1_700_000_000_000)
-	var errs []error
+	var (
+		mu   sync.Mutex // errors come from the reservations ahead too
+		errs []error
+	)
 	open := func(at time.Time) (*Generator, *fakeClock) {
 		t.Helper()
 		g, clock := newFakeGenerator(t, at)
-		if err := g.Keep(path, func(err error) { errs = append(errs, err) }); err != nil {
+		if err := g.Keep(path, func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }); err != nil {
 			t.Fatal(err)
 		}
 		return g, clock
@@ -294,6 +299,9 @@ func TestKeepAcrossRestartWithEarlierClock(t *testing.T) {
 		issue(g, 3)
 	}
 	last := issue(g, 1)
+	// The crash comes after the reservation ahead it started: one process
+	// writes the file at a time.
+	g.refreshes.Wait()
 	// The clock stepped back an hour while weir was down.
 	g, clock = open(start.Add(-time.Hour))
 	first := g.Next()
@@ -325,6 +333,8 @@ func TestKeepAcrossRestartWithEarlierClock(t *testing.T) {
 	if id := issue(g, 1); id.EpochMs != later.UnixMilli() || id.Seq != 0 {
 		t.Fatalf("with the clock past the ids: %v, want (%d, 0)", id, later.UnixMilli())
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -351,6 +361,93 @@ func TestKeepWriteFails(t *testing.T) {
 	g.Next()
 	if errs != 2 {
 		t.Fatalf("%d errors reported after 1.5 s, want 2", errs)
+	}
+}
+
+// Reservations ahead: once the ids are within half a reservation of the
+// ceiling, the next is written on its own goroutine and Next does not
+// wait for it (before, every post waited for two fsyncs every 10 s of
+// ids); an id that reaches the ceiling waits until one is durable. Every
+// id is below the ceiling the file durably held when it was returned.
+func TestKeepReservesAhead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "receipt-ids")
+	start := time.UnixMilli(1_700_000_000_000)
+	g, clock := newFakeGenerator(t, start)
+	if err := g.Keep(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		durable int64
+		writes  int
+		blocked atomic.Bool
+	)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	g.write = func(p string, v int64) error {
+		if blocked.Load() {
+			entered <- struct{}{}
+			<-release
+		}
+		err := writeSynced(p, v)
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			durable = v
+		}
+		writes++
+		return err
+	}
+	type issued struct {
+		id      ID
+		durable int64 // when it was returned
+	}
+	next := func() issued {
+		id := g.Next()
+		mu.Lock()
+		defer mu.Unlock()
+		return issued{id, durable}
+	}
+	check := func(is issued) {
+		t.Helper()
+		if is.id.EpochMs >= is.durable {
+			t.Fatalf("id %v returned while the durable ceiling was %d", is.id, is.durable)
+		}
+	}
+	check(next()) // the first reservation: to start+10 s, waited for
+
+	// Past half of it, the next reservation starts; held up, it does not
+	// hold up the ids.
+	blocked.Store(true)
+	clock.Set(start.Add(6 * time.Second))
+	done := make(chan issued)
+	go func() { done <- next() }()
+	select {
+	case is := <-done:
+		check(is)
+	case <-time.After(time.Minute):
+		t.Fatal("Next waited for the reservation ahead")
+	}
+	check(next())
+	select { // the reservation ahead is being written
+	case <-entered:
+	case <-time.After(time.Minute):
+		t.Fatal("no reservation ahead was started")
+	}
+
+	// At the ceiling, an id waits for the reservation.
+	clock.Set(start.Add(10 * time.Second))
+	go func() { done <- next() }()
+	close(release)
+	check(<-done)
+	g.refreshes.Wait()
+	if want := start.Add(16 * time.Second).UnixMilli(); durable != want || writes != 2 {
+		t.Errorf("%d writes, ceiling %d; want 2, %d", writes, durable, want)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != fmt.Sprintf("%d\n", start.Add(10*time.Second).UnixMilli()+1) {
+		t.Errorf("after Close the file holds %q (%v), want just past the last id", b, err)
 	}
 }
 
