@@ -44,4 +44,8 @@ type Outcome struct {
 	Bytes      int64         // bytes sent
 	Duration   time.Duration
 	Err        error // a local or transport failure
+	// Resent says why the aggregate was sent twice in this attempt (a
+	// zip of S2 entries refused by a downstream that no longer reads
+	// them), for the send log; "" when it was sent once.
+	Resent string
 }

@@ -362,6 +362,9 @@ func (f *forwarder) logSend(fw meta.Forward, attrs *attr.Map, streams []meta.Str
 		ids[i] = s.ReceiptID
 	}
 	args = append(args, "receiptIds", ids)
+	if out.Resent != "" {
+		args = append(args, "resent", out.Resent)
+	}
 	if keys := f.p.opt.LogMetaKeys; len(keys) > 0 {
 		m := make([]any, 0, len(keys))
 		for _, k := range keys {

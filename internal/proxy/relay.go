@@ -78,6 +78,10 @@ func (d *HTTPDestination) Send(ctx context.Context, _ meta.Aggregate, attrs *att
 		r = d.post(ctx, attrs, write, false)
 		r.Bytes += first.Bytes
 		r.Duration += first.Duration
+		out := outcomeOf(r)
+		out.Resent = fmt.Sprintf("the downstream, whose answers no longer say %s: %s, refused the zip of S2 entries (%s); sent again deflated",
+			stroomzip.S2Header, stroomzip.S2HeaderValue, outcomeMessage(outcomeOf(first)))
+		return out
 	}
 	return outcomeOf(r)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -66,12 +67,12 @@ func TestHTTPDestinationS2Fallback(t *testing.T) {
 	if out := send(); !out.OK {
 		t.Fatalf("first send: %+v", out)
 	}
-	if out := send(); !out.OK {
+	if out := send(); !out.OK || out.Resent != "" {
 		t.Fatalf("second send: %+v", out)
 	}
 	announce.Store(false) // the downstream is replaced
-	if out := send(); !out.OK {
-		t.Fatalf("S2 zip to a downstream that no longer reads it, sent again deflated: %+v", out)
+	if out := send(); !out.OK || !strings.Contains(out.Resent, "refused the zip of S2 entries (HTTP 500 - status 400 - Compressed stream invalid") {
+		t.Fatalf("S2 zip to a downstream that no longer reads it, sent again deflated and said so: %+v", out)
 	}
 	if out := send(); !out.OK {
 		t.Fatalf("the next send: %+v", out)
