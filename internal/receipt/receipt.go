@@ -176,13 +176,16 @@ type Generator struct {
 	keepErr func(error)
 	write   func(path string, v int64) error
 	// The durable ceiling (every epoch issued is below it), and after a
-	// failed write, the epoch from which the next write is tried. They
-	// change under fileMu, which orders the writes of the file; a
-	// reservation ahead is written on its own goroutine (refreshing,
-	// refreshes), so that no post waits for it.
+	// failed write, the epoch from which the next write is tried: at the
+	// ceiling (retryFrom) and ahead of it (aheadFrom) apart, so that a
+	// write ahead that failed does not put off the write an id at the
+	// ceiling needs. They change under fileMu, which orders the writes of
+	// the file; a reservation ahead is written on its own goroutine
+	// (refreshing, refreshes), so that no post waits for it.
 	fileMu     sync.Mutex
 	reserved   atomic.Int64
 	retryFrom  atomic.Int64
+	aheadFrom  atomic.Int64
 	refreshing atomic.Bool
 	refreshes  sync.WaitGroup
 }
@@ -256,18 +259,18 @@ const reserveAhead = 10 * time.Second
 // reached the ceiling (a reservation ahead failed, or has not finished),
 // and starts the next one ahead of time.
 func (g *Generator) reserveFor(e int64) {
-	if e < g.retryFrom.Load() {
-		return
-	}
 	ahead := reserveAhead.Milliseconds()
 	switch r := g.reserved.Load(); {
 	case e >= r:
+		if e < g.retryFrom.Load() {
+			return // failed at the ceiling less than a second of ids ago
+		}
 		g.fileMu.Lock()
 		defer g.fileMu.Unlock()
 		if e >= g.reserved.Load() { // a reservation ahead may have just been written
-			g.reserve(e, e+ahead)
+			g.reserve(e, e+ahead, &g.retryFrom)
 		}
-	case e >= r-ahead/2 && g.refreshing.CompareAndSwap(false, true):
+	case e >= r-ahead/2 && e >= g.aheadFrom.Load() && g.refreshing.CompareAndSwap(false, true):
 		g.refreshes.Add(1)
 		go func() {
 			defer g.refreshes.Done()
@@ -275,7 +278,7 @@ func (g *Generator) reserveFor(e int64) {
 			g.fileMu.Lock()
 			defer g.fileMu.Unlock()
 			if e+ahead > g.reserved.Load() {
-				g.reserve(e, e+ahead)
+				g.reserve(e, e+ahead, &g.aheadFrom)
 			}
 		}()
 	}
@@ -342,15 +345,18 @@ func (g *Generator) Close() error {
 	return nil
 }
 
-// reserve writes ceiling c for ids of epoch e, under fileMu.
-func (g *Generator) reserve(e, c int64) {
+// reserve writes ceiling c for ids of epoch e, under fileMu; after a
+// failure, the next such write (at the ceiling, or ahead of it) waits
+// for a second of ids (retry).
+func (g *Generator) reserve(e, c int64, retry *atomic.Int64) {
 	if err := g.write(g.keep, c); err != nil {
-		g.retryFrom.Store(e + time.Second.Milliseconds())
+		retry.Store(e + time.Second.Milliseconds())
 		g.keepErr(fmt.Errorf("receipt ids: cannot reserve ids up to %d: %w", c, err))
 		return
 	}
 	g.reserved.Store(c)
 	g.retryFrom.Store(0)
+	g.aheadFrom.Store(0)
 }
 
 // writeSynced replaces the file at path with v, durably: a temporary

@@ -1,6 +1,7 @@
 package receipt
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -448,6 +449,50 @@ func TestKeepReservesAhead(t *testing.T) {
 	}
 	if b, err := os.ReadFile(path); err != nil || string(b) != fmt.Sprintf("%d\n", start.Add(10*time.Second).UnixMilli()+1) {
 		t.Errorf("after Close the file holds %q (%v), want just past the last id", b, err)
+	}
+}
+
+// A reservation ahead that fails just below the ceiling does not put off
+// the write that an id at the ceiling needs: a review found the second
+// of ids after such a failure skipping every write, so an id past the
+// ceiling was returned with no durable ceiling above it.
+func TestKeepAheadFailureStillReservesAtCeiling(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "receipt-ids")
+	start := time.UnixMilli(1_700_000_000_000)
+	g, clock := newFakeGenerator(t, start)
+	if err := g.Keep(path, func(error) {}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		durable int64
+		fail    bool
+	)
+	g.write = func(p string, v int64) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail {
+			return errors.New("EIO (passing)")
+		}
+		durable = v
+		return writeSynced(p, v)
+	}
+	g.Next() // the ceiling: start+10 s
+	mu.Lock()
+	fail = true
+	mu.Unlock()
+	clock.Set(start.Add(9500 * time.Millisecond))
+	g.Next() // starts a reservation ahead, which fails
+	g.refreshes.Wait()
+	mu.Lock()
+	fail = false // the disk answers again
+	mu.Unlock()
+	clock.Set(start.Add(10100 * time.Millisecond))
+	id := g.Next()
+	mu.Lock()
+	defer mu.Unlock()
+	if id.EpochMs >= durable {
+		t.Errorf("id %v returned with the durable ceiling at %d", id, durable)
 	}
 }
 

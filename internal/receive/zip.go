@@ -3,6 +3,7 @@ package receive
 import (
 	"archive/zip"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -431,6 +432,9 @@ func (p *post) copyS2Entry(w *store.Writer, ch streamfile.Channel, part int, zf 
 	if err == nil && (zf.CRC32 != 0 || zf.Flags&0x8 != 0) && sum != zf.CRC32 {
 		err = zip.ErrChecksum
 	}
+	if err == nil {
+		err = checkDataDescriptor(zf, raw)
+	}
 	var e *Error
 	switch {
 	case err == nil:
@@ -448,6 +452,36 @@ func (p *post) copyS2Entry(w *store.Writer, ch streamfile.Channel, part int, zf 
 	_ = dst.Close()
 	return total, wrap(CompressedInvalid, err, "zip entry %q is corrupt", zf.Name)
 }
+
+// checkDataDescriptor checks, as the zip's own reader does, that an entry
+// whose sizes and CRC follow its bytes (flag 0x8, a data descriptor) has
+// them, with the directory's CRC. raw is the entry's OpenRaw, a section of
+// the zip (if it is not, there is nothing to read the descriptor from).
+func checkDataDescriptor(zf *zip.File, raw io.Reader) error {
+	sr, ok := raw.(*io.SectionReader)
+	if zf.Flags&0x8 == 0 || !ok {
+		return nil
+	}
+	ra, off, n := sr.Outer()
+	// The signature in front of it is optional.
+	var b [16]byte
+	got, _ := ra.ReadAt(b[:], off+n)
+	crc, need := binary.LittleEndian.Uint32(b[:]), 12
+	if crc == dataDescriptorSignature {
+		crc, need = binary.LittleEndian.Uint32(b[4:]), 16
+	}
+	switch {
+	case got < need:
+		return fmt.Errorf("its data descriptor is cut short: %w", io.ErrUnexpectedEOF)
+	case crc != zf.CRC32:
+		return fmt.Errorf("its data descriptor's CRC differs from the directory's: %w", zip.ErrChecksum)
+	}
+	return nil
+}
+
+// dataDescriptorSignature is the optional signature of a zip entry's data
+// descriptor ("PK\x07\x08").
+const dataDescriptorSignature = 0x08074b50
 
 // reusedInflater is an inflater handed to one zip entry at a time.
 type reusedInflater struct {

@@ -164,4 +164,29 @@ func TestS2ZipEntryChecked(t *testing.T) {
 			}
 		})
 	}
+
+	// An entry with a data descriptor (as s2's writer through zip writes
+	// them): refused when the descriptor's CRC is not the directory's,
+	// as the zip's own reader refuses it.
+	var body bytes.Buffer
+	zw := stroomzip.NewWriterS2(&body)
+	if _, err := zw.WritePart(stroomzip.Part{Data: bytes.NewReader(data)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dd := bytes.LastIndex(body.Bytes(), []byte("PK\x07\x08"))
+	if dd < 0 {
+		t.Fatal("no data descriptor in the zip")
+	}
+	if rec := postZip(h, body.Bytes()); rec.Code != http.StatusOK {
+		t.Fatalf("intact zip with a data descriptor: HTTP %d %s", rec.Code, rec.Header().Get("Service-Error"))
+	}
+	bad := bytes.Clone(body.Bytes())
+	bad[dd+4] ^= 1
+	rec := postZip(h, bad)
+	if se := rec.Header().Get("Service-Error"); rec.Header().Get("Service-Status") != "400" || !strings.Contains(se, "data descriptor's CRC") {
+		t.Errorf("data descriptor with another CRC: HTTP %d, Service-Error %q", rec.Code, se)
+	}
 }

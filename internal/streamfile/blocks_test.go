@@ -101,10 +101,13 @@ func TestBlocks(t *testing.T) {
 
 // TestWriteS2Block: a section's writer keeps an S2 block as it is given
 // when it compresses with S2 and holds nothing buffered (the block is in
-// the file, as Blocks hands it back); otherwise, or when the block is
-// missing, not smaller, larger than a block, or says it decodes to
-// another length, it writes the bytes as Write does. Either way the
-// section reads back exactly and the file verifies.
+// the file, as Blocks hands it back): a full block at once, a shorter one
+// only as the section's last. Otherwise, or when the block is missing,
+// not smaller, larger than a block, or says it decodes to another length,
+// it writes the bytes as Write does. Either way the section reads back
+// exactly, the file verifies, and it has no more blocks than Write would
+// make of the same bytes (a review found a sender of tiny blocks making
+// one block of each, 200,000 blocks of 8 bytes for 7 of 256 KiB).
 func TestWriteS2Block(t *testing.T) {
 	const bs = 4000
 	text := logBytes(40, 3*bs)
@@ -114,13 +117,20 @@ func TestWriteS2Block(t *testing.T) {
 		data, block []byte
 		kept        bool
 	}
+	tiny := bytes.Repeat([]byte("aaaaaaaa"), 2000)
+	var tinyWrites []write
+	for i := 0; i < len(tiny); i += 8 {
+		tinyWrites = append(tinyWrites, write{tiny[i : i+8], s2.Encode(nil, tiny[i:i+8]), false})
+	}
 	for _, tc := range []struct {
 		name   string
 		comp   Compression
 		writes []write
 	}{
-		{"blocks kept", S2, []write{{a, best(a), true}, {c, best(c), true}, {b, best(b), true}}},
-		{"after buffered bytes", S2, []write{{c, best(c), true}, {a[:10], nil, false}, {b, best(b), false}}},
+		{"full blocks and a short last one kept", S2, []write{{a, best(a), true}, {b, best(b), true}, {c, best(c), true}}},
+		{"a short block with more after it", S2, []write{{c, best(c), false}, {a, best(a), false}}},
+		{"after buffered bytes", S2, []write{{a[:10], nil, false}, {b, best(b), false}}},
+		{"tiny blocks", S2, tinyWrites},
 		{"without a block", S2, []write{{a, nil, false}}},
 		{"block not smaller", S2, []write{{a[:100], randomBytes(41, 200), false}}},
 		{"block of other bytes", S2, []write{{a, best(b[:bs-1]), false}}},
@@ -163,9 +173,19 @@ func TestWriteS2Block(t *testing.T) {
 			}
 			checkSection(t, r, Data, 0, want, bs)
 			for i, wr := range tc.writes {
-				if kept := bytes.Contains(buf.Bytes(), wr.block); kept != wr.kept && len(wr.block) > 0 {
+				if len(wr.block) < 16 {
+					continue // too short to look for
+				}
+				if kept := bytes.Contains(buf.Bytes(), wr.block); kept != wr.kept {
 					t.Errorf("write %d: its block is in the file: %v, want %v", i, kept, wr.kept)
 				}
+			}
+			blocks := 0
+			if err := r.Blocks(Data, 0, func([]byte, []byte) error { blocks++; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if most := (len(want) + bs - 1) / bs; blocks > most {
+				t.Errorf("%d blocks for %d bytes; Write makes %d", blocks, len(want), most)
 			}
 		})
 	}

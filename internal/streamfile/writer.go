@@ -245,6 +245,9 @@ type sectionWriter struct {
 	part   int
 	buf    *[]byte // pooled, capacity >= blockSize; nil once closed
 	secOff int64   // section offset of the first byte in buf
+	// last is the S2 block of the bytes in buf (pooled), given by
+	// WriteS2Block: kept if they turn out to be the section's last.
+	last *[]byte
 }
 
 func (s *sectionWriter) Write(p []byte) (int, error) {
@@ -255,6 +258,7 @@ func (s *sectionWriter) Write(p []byte) (int, error) {
 	if w.err != nil {
 		return 0, fmt.Errorf("streamfile: write %s part %d: earlier write failed: %w", s.ch, s.part, w.err)
 	}
+	s.dropLast()
 	bs := w.blockSize
 	written := 0
 	for len(p) > 0 {
@@ -292,7 +296,14 @@ func (s *sectionWriter) flush() error {
 	if len(*s.buf) == 0 {
 		return nil
 	}
-	if err := s.emit(*s.buf); err != nil {
+	var err error
+	if s.last != nil {
+		err = s.keep(*s.last, len(*s.buf))
+		s.dropLast()
+	} else {
+		err = s.emit(*s.buf)
+	}
+	if err != nil {
 		return err
 	}
 	*s.buf = (*s.buf)[:0]
@@ -349,10 +360,13 @@ func (s *sectionWriter) put(b []byte, ulen int) error {
 // WriteS2Block writes data as Write does, given block, an S2 block
 // (github.com/klauspost/compress/s2's block format) that decodes to data,
 // as the caller has checked. When the Writer compresses with S2, nothing
-// is buffered, data fits in a block and block is smaller, block becomes
-// the section's next block as it is, sparing its compression: a weir
-// proxy's zips of S2 entries carry the blocks its own store made.
-// Otherwise data is written as Write writes it.
+// is buffered, data fits in a block and block is smaller, block is kept
+// as it is, sparing its compression: a weir proxy's zips of S2 entries
+// carry the blocks its own store made. A full block is written at once;
+// a shorter one only if nothing follows it in the section (it is then
+// its last block, as Write would make it), since a sender of tiny blocks
+// would otherwise make as many blocks, each a header in the file and an
+// entry in the index. Otherwise data is written as Write writes it.
 func (s *sectionWriter) WriteS2Block(data, block []byte) (int, error) {
 	w := s.w
 	if s.buf == nil || w.err != nil || w.c.comp != S2 || len(*s.buf) != 0 ||
@@ -364,23 +378,47 @@ func (s *sectionWriter) WriteS2Block(data, block []byte) (int, error) {
 	if n, err := s2.DecodedLen(block); err != nil || n != len(data) {
 		return s.Write(data)
 	}
+	if len(data) < w.blockSize {
+		n, err := s.Write(data) // buffered: the buffer was empty
+		if err == nil {
+			s.last = w.c.bufs.get(len(block))
+			copy(*s.last, block)
+		}
+		return n, err
+	}
+	if err := s.keep(block, len(data)); err != nil {
+		return 0, fmt.Errorf("streamfile: write %s part %d: %w", s.ch, s.part, err)
+	}
+	s.sec.size += int64(len(data))
+	return len(data), nil
+}
+
+// keep writes block, an S2 block of ulen bytes, as the section's next
+// block.
+func (s *sectionWriter) keep(block []byte, ulen int) error {
+	w := s.w
 	if w.nblocks+len(w.inflight) >= maxBlocks {
-		return 0, fmt.Errorf("streamfile: write %s part %d: stream has the maximum of %d blocks", s.ch, s.part, maxBlocks)
+		return fmt.Errorf("stream has the maximum of %d blocks", maxBlocks)
 	}
 	// The blocks being compressed come first.
 	if err := w.drain(0); err != nil {
-		return 0, fmt.Errorf("streamfile: write %s part %d: %w", s.ch, s.part, err)
+		return err
 	}
 	cb := w.c.bufs.get(blockHeaderLen + len(block))
 	defer w.c.bufs.put(cb)
 	out := append((*cb)[:blockHeaderLen], block...)
 	putBlockHeader(out, blockHeader{channel: s.ch, encoding: encS2, part: uint32(s.part), secOffset: uint64(s.secOff),
-		clen: uint32(len(block)), ulen: uint32(len(data))}, block, w.c.crc)
-	if err := s.put(out, len(data)); err != nil {
-		return 0, fmt.Errorf("streamfile: write %s part %d: %w", s.ch, s.part, err)
+		clen: uint32(len(block)), ulen: uint32(ulen)}, block, w.c.crc)
+	return s.put(out, ulen)
+}
+
+// dropLast forgets the short S2 block of the buffered bytes: more bytes
+// follow them.
+func (s *sectionWriter) dropLast() {
+	if s.last != nil {
+		s.w.c.bufs.put(s.last)
+		s.last = nil
 	}
-	s.sec.size += int64(len(data))
-	return len(data), nil
 }
 
 // minCompressSize is the smallest block worth compressing. zstd's cost per
@@ -457,6 +495,7 @@ func (s *sectionWriter) Close() error {
 		return fmt.Errorf("streamfile: close %s part %d: section is already closed", s.ch, s.part)
 	}
 	err := s.flush()
+	s.dropLast()
 	s.w.c.bufs.put(s.buf)
 	s.buf = nil
 	s.w.open = nil

@@ -109,6 +109,7 @@ type testBlocks struct {
 	*bytes.Reader
 	data, s2 [][]byte
 	maxBlock int
+	claim    int64 // what BlockLimits says they take, if not 0
 	walked   bool
 	err      error
 }
@@ -131,6 +132,9 @@ func (b *testBlocks) EachBlock(fn func(data, s2block []byte) error) error {
 }
 
 func (b *testBlocks) BlockLimits() (int, int64) {
+	if b.claim != 0 {
+		return b.maxBlock, b.claim
+	}
 	var n int64
 	for i, d := range b.data {
 		if b.s2[i] != nil {
@@ -142,12 +146,15 @@ func (b *testBlocks) BlockLimits() (int, int64) {
 	return b.maxBlock, n
 }
 
+// lying makes b's BlockLimits say its blocks take 1000 bytes.
+func lying(b *testBlocks) *testBlocks { b.claim = 1000; return b }
+
 // TestWriterS2Blocks: a zip of NewWriterS2 frames the S2 blocks of a
 // Blocks source as they are (their bytes are in the entry), compresses
 // the blocks that have none, and reads back exactly with its CRC and
 // sizes; a source whose blocks a receiver would refuse, or too large to
-// build in memory, is compressed as any reader; a source's error fails
-// the part.
+// build in memory (also when found so only while it is read), is
+// compressed as any reader; a source's error fails the part.
 func TestWriterS2Blocks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	text := func(n int) []byte {
@@ -180,6 +187,7 @@ func TestWriterS2Blocks(t *testing.T) {
 		{"no blocks", newTestBlocks(s2BlockSize, nil, nil), true, nil},
 		{"blocks larger than a receiver reads", newTestBlocks(2*s2BlockSize, [][]byte{t3}, [][]byte{enc(t3)}), false, nil},
 		{"larger than an entry built in memory", newTestBlocks(s2BlockSize, [][]byte{random, noise(maxWhole)}, [][]byte{nil, nil}), false, nil},
+		{"larger than its limits said", lying(newTestBlocks(s2BlockSize, [][]byte{random, noise(s2BlockSize), noise(s2BlockSize), noise(s2BlockSize), noise(s2BlockSize)}, make([][]byte, 5))), true, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer

@@ -25,7 +25,9 @@ type Blocks interface {
 	// during the call; fn's error is returned as it is.
 	EachBlock(fn func(data, s2block []byte) error) error
 	// BlockLimits returns the most bytes a block holds and the bytes all
-	// the blocks take as stored (an S2 block, or the bytes).
+	// the blocks take as stored (an S2 block, or the bytes). An entry
+	// that grows larger than they promise is read again from its start
+	// as any reader (so a source should be an io.ReadSeeker as well).
 	BlockLimits() (maxBlock int, stored int64)
 }
 
@@ -51,9 +53,9 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // s2Blocks writes an entry of MethodS2 whose S2 stream is made of src's
 // blocks: a block stored as S2 is framed as it is, any other is compressed
-// here. The entry is built in memory (its compressed size is at most
-// maxWhole, which the caller checked), so its local header carries its
-// CRC and sizes, as a stored entry's does.
+// here. The entry is built in memory, so its local header carries its CRC
+// and sizes, as a stored entry's does; should it grow past maxWhole (or
+// 4 GiB uncompressed), errTooLarge says so before anything is written.
 func (w *Writer) s2Blocks(name string, mod time.Time, src Blocks) (int64, error) {
 	buf := append(w.whole[:0], s2StreamID...)
 	var (
@@ -76,6 +78,12 @@ func (w *Writer) s2Blocks(name string, mod time.Time, src Blocks) (int64, error)
 		buf = append(buf, typ, byte(n), byte(n>>8), byte(n>>16))
 		buf = binary.LittleEndian.AppendUint32(buf, maskedCRC(data))
 		buf = append(buf, payload...)
+		// BlockLimits counts neither the chunks' headers nor what a block
+		// not stored as S2 becomes in S2; and a local header's sizes are
+		// 32 bits (see maxStored).
+		if len(buf) > maxWhole || size >= maxStored {
+			return errTooLarge
+		}
 		return nil
 	})
 	w.whole = buf[:0]
@@ -117,6 +125,7 @@ const (
 	s2ChunkSkippable   = 0x80
 	s2StreamIDBody     = "S2sTwO"
 	snappyStreamIDBody = "sNaPpY"
+	snappyBlockSize    = 64 << 10
 )
 
 // s2Frames are the buffers of EachS2Block: a chunk as read (at most an S2
@@ -142,6 +151,9 @@ func EachS2Block(r io.Reader, fn func(data, s2block []byte) error) error {
 	defer s2FramePool.Put(f)
 	var hdr [4]byte
 	started := false
+	// A stream of Snappy's identifier holds Snappy's blocks, of at most
+	// 64 KiB: s2's reader refuses longer ones there.
+	maxBlock := s2BlockSize
 	for {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			if err == io.EOF {
@@ -162,7 +174,12 @@ func EachS2Block(r io.Reader, fn func(data, s2block []byte) error) error {
 			if _, err := io.ReadFull(r, id); err != nil {
 				return unexpected(err)
 			}
-			if string(id) != s2StreamIDBody && string(id) != snappyStreamIDBody {
+			switch string(id) {
+			case s2StreamIDBody:
+				maxBlock = s2BlockSize
+			case snappyStreamIDBody:
+				maxBlock = snappyBlockSize
+			default:
 				return fmt.Errorf("%w: stream identifier %q", ErrS2Corrupt, id)
 			}
 			started = true
@@ -178,15 +195,18 @@ func EachS2Block(r io.Reader, fn func(data, s2block []byte) error) error {
 			data, block := payload, []byte(nil)
 			if typ == s2ChunkCompressed {
 				dn, err := s2.DecodedLen(payload)
-				if err != nil || dn > s2BlockSize {
-					return fmt.Errorf("%w: a block of %d bytes (at most %d): %v", ErrS2Corrupt, dn, s2BlockSize, err)
+				if err != nil {
+					return fmt.Errorf("%w: %v", ErrS2Corrupt, err)
+				}
+				if dn > maxBlock {
+					return fmt.Errorf("%w: a block of %d bytes (at most %d)", ErrS2Corrupt, dn, maxBlock)
 				}
 				if data, err = s2.Decode(f.data[:dn], payload); err != nil {
 					return fmt.Errorf("%w: %v", ErrS2Corrupt, err)
 				}
 				block = payload
-			} else if len(data) > s2BlockSize {
-				return fmt.Errorf("%w: an uncompressed chunk of %d bytes (at most %d)", ErrS2Corrupt, len(data), s2BlockSize)
+			} else if len(data) > maxBlock {
+				return fmt.Errorf("%w: an uncompressed chunk of %d bytes (at most %d)", ErrS2Corrupt, len(data), maxBlock)
 			}
 			if maskedCRC(data) != sum {
 				return fmt.Errorf("%w: a chunk's checksum does not match its bytes", ErrS2Corrupt)

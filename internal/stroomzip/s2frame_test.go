@@ -119,6 +119,10 @@ func TestEachS2Block(t *testing.T) {
 		{"chunk without a checksum", append([]byte(s2StreamID), chunk(s2ChunkUncompressed, []byte{1, 2})...), ErrS2Corrupt},
 		{"not a block", append([]byte(s2StreamID), dataChunk(small, []byte{0xff, 0xff, 0xff, 0xff, 0x0f, 1, 2})...), ErrS2Corrupt},
 		{"reserved chunk type", append([]byte(s2StreamID), chunk(0x02, []byte("abcd"))...), ErrS2Corrupt},
+		// After Snappy's identifier, Snappy's 64 KiB blocks (a review
+		// found these taken where s2's reader refuses them).
+		{"Snappy stream, uncompressed chunk over 64 KiB", append(chunk(s2ChunkStreamID, []byte("sNaPpY")), dataChunk(text[:65<<10], nil)...), ErrS2Corrupt},
+		{"Snappy stream, block over 64 KiB", append(chunk(s2ChunkStreamID, []byte("sNaPpY")), dataChunk(text[:65<<10], s2.Encode(nil, text[:65<<10]))...), ErrS2Corrupt},
 		{"cut in a chunk", append([]byte(s2StreamID), good[:len(good)-1]...), io.ErrUnexpectedEOF},
 		{"cut in a chunk header", append([]byte(s2StreamID), good[:2]...), io.ErrUnexpectedEOF},
 		{"cut in a skippable chunk", append([]byte(s2StreamID), chunk(0x80, make([]byte, 10))[:8]...), io.ErrUnexpectedEOF},
@@ -150,6 +154,7 @@ func FuzzEachS2Block(f *testing.F) {
 	f.Add(s2Stream(f, []byte("some log lines\nsome log lines\nsome log lines\n")))
 	f.Add(s2Stream(f, bytes.Repeat([]byte("x"), 300<<10)))
 	f.Add(append([]byte(s2StreamID), dataChunk([]byte("x\n"), nil)...))
+	f.Add(s2Stream(f, bytes.Repeat([]byte("snappy "), 20<<10), s2.WriterSnappyCompat()))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		var want bytes.Buffer

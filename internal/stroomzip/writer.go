@@ -135,10 +135,17 @@ func (w *Writer) WritePart(p Part) (int, error) {
 // (or S2, for a writer of NewWriterS2, from r's S2 blocks when it has
 // them).
 func (w *Writer) entry(name string, mod time.Time, r io.Reader) (int64, error) {
-	if b, ok := r.(Blocks); ok && w.method == MethodS2 && blocksFit(b) {
-		return w.s2Blocks(name, mod, b)
-	}
 	rs, ok := r.(io.ReadSeeker)
+	if b, isBlocks := r.(Blocks); isBlocks && w.method == MethodS2 && blocksFit(b) {
+		n, err := w.s2Blocks(name, mod, b)
+		if err != errTooLarge || !ok {
+			return n, err
+		}
+		// Larger than its limits said: compressed as any reader's.
+		if _, err := rs.Seek(0, io.SeekStart); err != nil {
+			return 0, err
+		}
+	}
 	if !w.stored || !ok {
 		ew, err := w.zw.CreateHeader(&zip.FileHeader{Name: name, Method: w.method, Modified: mod})
 		if err != nil {
