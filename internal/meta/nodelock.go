@@ -219,10 +219,14 @@ func (l *NodeLock) watch() {
 			dropConn(l.conn)
 			l.conn = nil
 			lostAt = time.Now()
-			l.setLost(fmt.Errorf("node %q: %w (its PostgreSQL session ended); this server takes it again before it receives more data",
-				l.node, ErrNodeLockLost))
-			log.Warn("lost the node's lock in the PostgreSQL database (its session ended): until it is taken again, "+
-				"posts are refused with 503 and /readyz is not ready; taking it again", "err", err)
+			// Posts are not refused yet: the lock is taken again at once
+			// below, and usually got (a database restart or a cut connection
+			// ended the session, and nobody else wants the node). Posts
+			// received since the session ended were received without the lock
+			// anyway; refusing them for the moment taking it needs would only
+			// give senders 503s. Refusal starts when it cannot be taken.
+			log.Warn("lost the node's lock in the PostgreSQL database (its session ended): taking it again; "+
+				"until it is taken, posts are refused with 503 and /readyz is not ready", "err", err)
 		}
 		ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
 		conn, got, err := l.take(ctx)
@@ -234,6 +238,10 @@ func (l *NodeLock) watch() {
 			}
 			return
 		case err != nil:
+			if l.lost.Load() == nil {
+				l.setLost(fmt.Errorf("node %q: %w (its PostgreSQL session ended); this server takes it again before it receives more data",
+					l.node, ErrNodeLockLost))
+			}
 			log.Debug("cannot take the node's lock again yet", "err", err)
 		case !got:
 			l.setLost(fmt.Errorf("node %q: %w and another session holds it now: another weir server may have started "+
