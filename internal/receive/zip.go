@@ -435,21 +435,18 @@ func (p *post) copyS2Entry(w *store.Writer, ch streamfile.Channel, part int, zf 
 	if err == nil {
 		err = checkDataDescriptor(zf, raw)
 	}
+	cerr := dst.Close() // on a failure too, as copySection closes its section
 	var e *Error
 	switch {
+	case err == nil && cerr != nil:
+		return total, storeError(cerr)
 	case err == nil:
-		if err := dst.Close(); err != nil {
-			return total, storeError(err)
-		}
 		return total, nil
-	case werr != nil && err == werr:
-		_ = dst.Close()
+	case err == werr:
 		return total, storeError(err)
 	case errors.As(err, &e):
-		_ = dst.Close()
 		return total, e
 	}
-	_ = dst.Close()
 	return total, wrap(CompressedInvalid, err, "zip entry %q is corrupt", zf.Name)
 }
 
