@@ -240,7 +240,9 @@ func TestHostileContentLengthOverLimit(t *testing.T) {
 // complete-looking one) and the slot is free again.
 func TestHostileDownloadNotRead(t *testing.T) {
 	t.Parallel()
-	const idle = time.Second
+	// Long enough that the 503 to a second download, asked for once the
+	// first has stalled, comes before the first is cut on a loaded machine.
+	const idle = 5 * time.Second
 	s := start(t, func(c *config.Config) {
 		c.API.MaxConcurrentDownloads = 1
 		c.Receive.BodyIdleTimeout = config.Duration(idle)

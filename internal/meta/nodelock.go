@@ -228,9 +228,7 @@ func (l *NodeLock) watch() {
 			log.Warn("lost the node's lock in the PostgreSQL database (its session ended): taking it again; "+
 				"until it is taken, posts are refused with 503 and /readyz is not ready", "err", err)
 		}
-		ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
-		conn, got, err := l.take(ctx)
-		cancel()
+		conn, got, err := l.takeAgain(lostAt)
 		switch {
 		case l.ctx.Err() != nil:
 			if conn != nil {
@@ -260,6 +258,37 @@ func (l *NodeLock) watch() {
 			othersReported = false
 			log.Info("took the node's lock in the PostgreSQL database again: receiving resumes",
 				"lostFor", time.Since(lostAt).Round(time.Millisecond).String())
+		}
+	}
+}
+
+// nodeLockReleaseWait is how long a lock just lost is taken again before
+// another session is blamed for holding it: pg_terminate_backend (and a
+// backend's end in general) tells the client before it releases the
+// session's locks, so the server's own dying session can hold the lock for
+// a moment after the server sees it gone.
+const nodeLockReleaseWait = time.Second
+
+// nodeLockReleaseRetry is how often a lock just lost is tried within
+// nodeLockReleaseWait.
+const nodeLockReleaseRetry = 20 * time.Millisecond
+
+// takeAgain takes the lock on a new session. Within nodeLockReleaseWait of
+// lostAt, a lock held by another session is tried again every
+// nodeLockReleaseRetry, for the one holding it may be the server's own session,
+// ending.
+func (l *NodeLock) takeAgain(lostAt time.Time) (conn *sql.Conn, got bool, err error) {
+	for {
+		ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
+		conn, got, err = l.take(ctx)
+		cancel()
+		if err != nil || got || time.Since(lostAt) >= nodeLockReleaseWait {
+			return conn, got, err
+		}
+		select {
+		case <-l.ctx.Done():
+			return nil, false, context.Cause(l.ctx)
+		case <-time.After(nodeLockReleaseRetry):
 		}
 	}
 }

@@ -49,6 +49,10 @@ type FeedStatusOptions struct {
 	Fallback   feed.Status      // the answer when the downstream cannot answer
 	Log        *slog.Logger     // nil: discard
 	Now        func() time.Time // nil: time.Now
+	// StaleWait is how long a post waits for the fresh answer that is to
+	// replace a stale refusal before the stale one is used (at most
+	// Timeout); 0 means a second.
+	StaleWait time.Duration
 }
 
 // FeedStatusClient asks a downstream (Stroom or another proxy, at
@@ -111,6 +115,9 @@ func NewFeedStatusClient(o FeedStatusOptions) *FeedStatusClient {
 	}
 	if o.Fallback == "" {
 		o.Fallback = feed.Receive
+	}
+	if o.StaleWait <= 0 {
+		o.StaleWait = defaultStaleWait
 	}
 	if o.Client == nil {
 		o.Client = &http.Client{Timeout: o.Timeout}
@@ -202,7 +209,7 @@ func (c *FeedStatusClient) FeedStatus(ctx context.Context, feedName string, attr
 		// A downstream that does not answer promptly is not waited for
 		// again and again (each post for Timeout, every fallbackTTL while
 		// it hangs): the stale answer stands, and the request goes on.
-		t := time.NewTimer(min(c.o.Timeout, staleWait))
+		t := time.NewTimer(min(c.o.Timeout, c.o.StaleWait))
 		defer t.Stop()
 		staleAfter = t.C
 	}
@@ -221,9 +228,8 @@ func (c *FeedStatusClient) FeedStatus(ctx context.Context, feedName string, attr
 	}
 }
 
-// staleWait is how long a post waits for the fresh answer that is to
-// replace a stale refusal before the stale one is used.
-const staleWait = time.Second
+// defaultStaleWait is FeedStatusOptions.StaleWait's default.
+const defaultStaleWait = time.Second
 
 // beginLocked registers a request for key; c.mu is held and c is not closed.
 func (c *FeedStatusClient) beginLocked(key statusKey) *statusCall {

@@ -486,7 +486,11 @@ func TestFeedStatusStaleRefusalWaitsForFreshAnswer(t *testing.T) {
 			srv := newFSServer(t)
 			srv.answer(http.StatusOK, `{"status":"`+status+`"}`)
 			clock := newFSClock()
-			c := newTestFeedStatusClient(t, srv.URL, clock, nil)
+			// The wait for the refresh is real time, not the clock's: long
+			// enough for a loaded machine.
+			c := newTestFeedStatusClient(t, srv.URL, clock, func(o *FeedStatusOptions) {
+				o.Timeout, o.StaleWait = 30*time.Second, 30*time.Second
+			})
 			if ans := fsStatus(t, c, "A", nil); ans.Status == feed.Receive {
 				t.Fatalf("got %+v", ans)
 			}
