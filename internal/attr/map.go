@@ -42,7 +42,7 @@ const initialCap = 16
 // AppendMeta accept a nil *Map as empty.
 type Map struct {
 	kvs []KV
-	// idx maps foldKey(key) to its position in kvs; nil until the map grows
+	// idx maps FoldName(key) to its position in kvs; nil until the map grows
 	// past indexThreshold.
 	idx map[string]int
 }
@@ -53,13 +53,13 @@ func (m *Map) find(key string) int {
 		return -1
 	}
 	if m.idx != nil {
-		if i, ok := m.idx[foldKey(key)]; ok {
+		if i, ok := m.idx[FoldName(key)]; ok {
 			return i
 		}
 		return -1
 	}
 	for i := range m.kvs {
-		if strings.EqualFold(m.kvs[i].Key, key) {
+		if EqualName(m.kvs[i].Key, key) {
 			return i
 		}
 	}
@@ -92,7 +92,7 @@ func (m *Map) Put(key, value string) {
 		return
 	}
 	value = strings.TrimSpace(value)
-	if strings.EqualFold(key, KeyEffectiveTime) || strings.EqualFold(key, KeyReceivedTime) {
+	if EqualName(key, KeyEffectiveTime) || EqualName(key, KeyReceivedTime) {
 		value = NormaliseDate(value)
 	}
 	if i := m.find(key); i >= 0 {
@@ -107,7 +107,7 @@ func (m *Map) Put(key, value string) {
 	m.kvs = append(m.kvs, KV{key, value})
 	switch {
 	case m.idx != nil:
-		m.idx[foldKey(key)] = len(m.kvs) - 1
+		m.idx[FoldName(key)] = len(m.kvs) - 1
 	case len(m.kvs) > indexThreshold:
 		m.buildIndex()
 	}
@@ -116,7 +116,7 @@ func (m *Map) Put(key, value string) {
 func (m *Map) buildIndex() {
 	m.idx = make(map[string]int, len(m.kvs)*2)
 	for i, kv := range m.kvs {
-		m.idx[foldKey(kv.Key)] = i
+		m.idx[FoldName(kv.Key)] = i
 	}
 }
 
@@ -236,33 +236,45 @@ func compareFold(a, b string) int {
 	return cmp.Compare(len(a), len(b))
 }
 
-// foldKey returns a canonical form of key such that foldKey(a) == foldKey(b)
-// exactly when strings.EqualFold(a, b): every rune is replaced by the lower
-// case of the smallest rune of its simple case-folding orbit (lower-casing the
-// minimum makes ASCII letters canonical as themselves in lower case, so
-// lower-case ASCII keys are returned as they are, without allocating).
-func foldKey(key string) string {
-	plain := true
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if c >= utf8.RuneSelf || ('A' <= c && c <= 'Z') {
-			plain = false
-			break
+// FoldName returns name with its ASCII letters in lower case: the form in
+// which attribute names are compared, so that FoldName(a) == FoldName(b)
+// exactly when EqualName(a, b). Only ASCII letters fold, as in the SQL the
+// stream queries run on both engines (SQLite's lower(), PostgreSQL's under
+// COLLATE "C"), so a name matches the same way in a Map, in the receipt
+// rules and in a query; header names, the usual source, are ASCII anyway.
+// A name already in lower case is returned as it is, without allocating.
+func FoldName(name string) string {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; 'A' <= c && c <= 'Z' {
+			b := []byte(name)
+			for j := i; j < len(b); j++ {
+				if c := b[j]; 'A' <= c && c <= 'Z' {
+					b[j] = c + 'a' - 'A'
+				}
+			}
+			return string(b)
 		}
 	}
-	if plain {
-		return key
+	return name
+}
+
+// EqualName reports whether two attribute names are the same name: equal
+// but for the case of ASCII letters (see FoldName). It does not allocate.
+func EqualName(a, b string) bool {
+	if len(a) != len(b) {
+		return false
 	}
-	var b strings.Builder
-	b.Grow(len(key))
-	for _, r := range key {
-		// Invalid bytes decode to RuneError, which is also how EqualFold
-		// sees them, so they fold together.
-		lo := r
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			lo = min(lo, f)
+	for i := 0; i < len(a); i++ {
+		ca, cb := a[i], b[i]
+		if 'A' <= ca && ca <= 'Z' {
+			ca += 'a' - 'A'
 		}
-		b.WriteRune(unicode.ToLower(lo))
+		if 'A' <= cb && cb <= 'Z' {
+			cb += 'a' - 'A'
+		}
+		if ca != cb {
+			return false
+		}
 	}
-	return b.String()
+	return true
 }

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // pairs lists the map in insertion order, for compact assertions.
@@ -41,9 +42,12 @@ func TestPutGet(t *testing.T) {
 		{"empty value kept",
 			[]put{{"Empty", "   "}},
 			[]KV{{"Empty", ""}}},
-		{"unicode folding: kelvin sign equals k",
+		{"only ASCII letters fold: the kelvin sign is not k",
 			[]put{{"k", "1"}, {"\u212a", "2"}},
-			[]KV{{"\u212a", "2"}}},
+			[]KV{{"k", "1"}, {"\u212a", "2"}}},
+		{"ASCII letters fold in a non-ASCII name",
+			[]put{{"straße", "1"}, {"STRAßE", "2"}},
+			[]KV{{"STRAßE", "2"}}},
 		{"EffectiveTime normalised",
 			[]put{{"EffectiveTime", "2024-03-01T14:34:56+02:00"}},
 			[]KV{{"EffectiveTime", "2024-03-01T12:34:56.000Z"}}},
@@ -70,7 +74,7 @@ func TestPutGet(t *testing.T) {
 				t.Fatalf("Len() = %d, want %d", m.Len(), len(tc.want))
 			}
 			for _, kv := range tc.want {
-				for _, k := range []string{kv.Key, strings.ToUpper(kv.Key), strings.ToLower(kv.Key), " " + kv.Key + " "} {
+				for _, k := range []string{kv.Key, asciiUpper(kv.Key), FoldName(kv.Key), " " + kv.Key + " "} {
 					if v, ok := m.Get(k); !ok || v != kv.Value {
 						t.Errorf("Get(%q) = %q, %v; want %q, true", k, v, ok, kv.Value)
 					}
@@ -208,17 +212,21 @@ func TestLargeMapIndex(t *testing.T) {
 	}
 	m.Put("KEY-5", "five")           // replace keeps position and takes new case
 	m.Put("k", "1")                  // ASCII k ...
-	m.Put("\u212a", "kelvin")        // ... and the kelvin sign are one key
+	m.Put("K", "ascii")              // ... and K are one key
+	m.Put("\u212a", "kelvin")        // the kelvin sign is another: only ASCII letters fold
 	m.Put("straße", "x")             // non-ASCII key
-	m.Put("STRASSE", "not the same") // EqualFold("straße", "STRASSE") is false
+	m.Put("STRASSE", "not the same") // "straße" and "STRASSE" differ
 	for i := 10; i < 20; i++ {
 		m.Delete(fmt.Sprintf("key-%d", i))
 	}
 	if got := pairs(&m)[5]; got != (KV{"KEY-5", "five"}) {
 		t.Fatalf("position 5 = %q", got)
 	}
-	if v := m.Value("K"); v != "kelvin" {
-		t.Fatalf("Value(K) = %q", v)
+	if v := m.Value("k"); v != "ascii" {
+		t.Fatalf("Value(k) = %q", v)
+	}
+	if v := m.Value("\u212a"); v != "kelvin" {
+		t.Fatalf("Value(kelvin sign) = %q", v)
 	}
 	if v := m.Value("STRASSE"); v != "not the same" {
 		t.Fatalf("Value(STRASSE) = %q", v)
@@ -226,19 +234,22 @@ func TestLargeMapIndex(t *testing.T) {
 	if v := m.Value("STRAßE"); v != "x" {
 		t.Fatalf("Value(STRAßE) = %q", v)
 	}
+	if _, ok := m.Get("Straße"); !ok {
+		t.Fatal("Straße not found: ASCII letters fold in a non-ASCII name too")
+	}
 	if _, ok := m.Get("key-15"); ok {
 		t.Fatal("deleted key still found")
 	}
 	if v := m.Value("key-25"); v != "25" {
 		t.Fatalf("after deletes, Value(key-25) = %q", v)
 	}
-	if want := n + 3 - 10; m.Len() != want {
+	if want := n + 4 - 10; m.Len() != want {
 		t.Fatalf("Len = %d, want %d", m.Len(), want)
 	}
 	// Every key must be found through the index under any case, at its position.
 	for i, kv := range pairs(&m) {
-		if j := m.find(strings.ToUpper(kv.Key)); j != i && kv.Key != "straße" {
-			t.Fatalf("find(%q) = %d, want %d", strings.ToUpper(kv.Key), j, i)
+		if j := m.find(asciiUpper(kv.Key)); j != i {
+			t.Fatalf("find(%q) = %d, want %d", asciiUpper(kv.Key), j, i)
 		}
 	}
 	c := m.Clone()
@@ -248,15 +259,49 @@ func TestLargeMapIndex(t *testing.T) {
 	}
 }
 
-func TestFoldKeyMatchesEqualFold(t *testing.T) {
-	words := []string{"k", "K", "\u212a", "s", "S", "ſ", "straße", "STRASSE", "Σ", "σ", "ς", "é", "É", "a\xffb", "a\xfeb", "a\ufffdb", "", "ǅ", "ǆ", "Ǆ"}
+// TestFoldNameMatchesEqualName: FoldName and EqualName agree, fold ASCII
+// letters only (as SQLite's lower() and PostgreSQL's under COLLATE "C",
+// which the stream queries use), and EqualName agrees with EqualFold on
+// ASCII.
+func TestFoldNameMatchesEqualName(t *testing.T) {
+	words := []string{"k", "K", "\u212a", "s", "S", "ſ", "straße", "STRASSE", "Straße", "Σ", "σ", "é", "É", "a\xffb", "a\xfeb", "a\ufffdb", "", "Feed", "FEED", "feed", "[", "{", "@", "`"}
 	for _, a := range words {
 		for _, b := range words {
-			if got, want := foldKey(a) == foldKey(b), strings.EqualFold(a, b); got != want {
-				t.Errorf("foldKey(%q)==foldKey(%q) is %v, EqualFold is %v", a, b, got, want)
+			if got, want := FoldName(a) == FoldName(b), EqualName(a, b); got != want {
+				t.Errorf("FoldName(%q)==FoldName(%q) is %v, EqualName is %v", a, b, got, want)
+			}
+			ascii := func(s string) bool {
+				for i := 0; i < len(s); i++ {
+					if s[i] >= utf8.RuneSelf {
+						return false
+					}
+				}
+				return true
+			}
+			if ascii(a) && ascii(b) && EqualName(a, b) != strings.EqualFold(a, b) {
+				t.Errorf("EqualName(%q, %q) = %v, EqualFold differs", a, b, EqualName(a, b))
 			}
 		}
 	}
+	for _, tc := range []struct{ a, b string }{{"\u212a", "k"}, {"ſ", "s"}, {"É", "é"}, {"Σ", "σ"}} {
+		if EqualName(tc.a, tc.b) {
+			t.Errorf("EqualName(%q, %q): only ASCII letters fold", tc.a, tc.b)
+		}
+	}
+	if s := "already-lower"; FoldName(s) != s || testing.AllocsPerRun(10, func() { FoldName(s) }) != 0 {
+		t.Error("FoldName of a lower-case name allocates")
+	}
+}
+
+// asciiUpper is s with ASCII letters in upper case.
+func asciiUpper(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'a' <= c && c <= 'z' {
+			b[i] = c - ('a' - 'A')
+		}
+	}
+	return string(b)
 }
 
 func TestJSONRoundTrip(t *testing.T) {

@@ -47,7 +47,7 @@ var forwardAllowSet = func() map[string]bool {
 	for _, k := range []string{"AccountId", "AccountName", "Classification", "Component",
 		"ContextEncoding", "ContextFormat", "Encoding", "Environment", "Feed", "Format",
 		"GUID", "Schema", "SchemaVersion", "System", "Type"} {
-		m[asciiLower(k)] = true
+		m[attr.FoldName(k)] = true
 	}
 	return m
 }()
@@ -171,10 +171,10 @@ func NewHTTPSender(cfg config.HTTPDestination, userAgent string) (*HTTPSender, e
 		if !validHeaderName(k) {
 			return nil, fail("forwardHeadersAdditionalAllowSet", "%q is not a valid header name", k)
 		}
-		if notFromAttributes[asciiLower(k)] {
+		if notFromAttributes[attr.FoldName(k)] {
 			return nil, fail("forwardHeadersAdditionalAllowSet", "%q is set by the proxy itself and cannot be forwarded from attributes", k)
 		}
-		s.allow[asciiLower(k)] = true
+		s.allow[attr.FoldName(k)] = true
 	}
 
 	// Credentials: at most one kind.
@@ -225,7 +225,7 @@ func NewHTTPSender(cfg config.HTTPDestination, userAgent string) (*HTTPSender, e
 		if ownerKey == "" {
 			ownerKey = "AccountId"
 		}
-		if !validHeaderName(ownerKey) || notFromAttributes[asciiLower(ownerKey)] {
+		if !validHeaderName(ownerKey) || notFromAttributes[attr.FoldName(ownerKey)] {
 			return nil, fail("dataFeedOwnerKey", "%q cannot be used as a header name", ownerKey)
 		}
 		s.ownerKey, s.owner = ownerKey, owner
@@ -325,8 +325,8 @@ func (s *HTTPSender) Headers(attrs *attr.Map, compression string) http.Header {
 func (s *HTTPSender) headers(attrs *attr.Map, compression string, all bool) http.Header {
 	h := make(http.Header)
 	for k, v := range attrs.All() {
-		lk := asciiLower(k)
-		if !(all || s.allow[lk]) || notFromAttributes[lk] || (s.ownerKey != "" && lk == asciiLower(s.ownerKey)) {
+		lk := attr.FoldName(k)
+		if !(all || s.allow[lk]) || notFromAttributes[lk] || (s.ownerKey != "" && lk == attr.FoldName(s.ownerKey)) {
 			continue
 		}
 		if !validHeaderName(k) || !validHeaderValue(v) {
@@ -426,9 +426,9 @@ func (s *HTTPSender) send(ctx context.Context, h http.Header, body io.Reader) Re
 // User-Agent and the credentials.
 func (s *HTTPSender) requestHeader(h http.Header) http.Header {
 	out := make(http.Header, len(h)+4)
-	ownerLower := asciiLower(s.ownerKey)
+	ownerLower := attr.FoldName(s.ownerKey)
 	for k, vs := range h {
-		lk := asciiLower(k)
+		lk := attr.FoldName(k)
 		if senderOwnHeaders[lk] || (s.ownerKey != "" && lk == ownerLower) || !validHeaderName(k) {
 			continue
 		}
@@ -602,23 +602,6 @@ func (g *guardedBody) stop() {
 	g.mu.Lock()
 	g.stopped = true
 	g.mu.Unlock()
-}
-
-// asciiLower lower-cases ASCII letters only, so that no Unicode case
-// folding (the Kelvin sign, the long s) can make a name match another.
-func asciiLower(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; 'A' <= c && c <= 'Z' {
-			b := []byte(s)
-			for j := i; j < len(b); j++ {
-				if 'A' <= b[j] && b[j] <= 'Z' {
-					b[j] += 'a' - 'A'
-				}
-			}
-			return string(b)
-		}
-	}
-	return s
 }
 
 // validHeaderName reports whether s is an RFC 9110 token.

@@ -123,9 +123,9 @@ type Instant struct {
 // this proxy as a provider would take a sender's forged one as its own
 // provider's.
 func NewInstant(d *HTTPDestination, dnHeader string) *Instant {
-	in := &Instant{dest: d, hopOnly: map[string]bool{asciiLower("X-SSL-Client-V-End"): true}}
+	in := &Instant{dest: d, hopOnly: map[string]bool{attr.FoldName("X-SSL-Client-V-End"): true}}
 	if dnHeader != "" {
-		in.hopOnly[asciiLower(dnHeader)] = true
+		in.hopOnly[attr.FoldName(dnHeader)] = true
 	}
 	return in
 }
@@ -141,7 +141,7 @@ func (in *Instant) Relay(ctx context.Context, attrs *attr.Map, compression, cont
 	// appends to the path instead of starting one.
 	h := s.headers(attrs, compression, true)
 	for k := range h {
-		if in.hopOnly[asciiLower(k)] {
+		if in.hopOnly[attr.FoldName(k)] {
 			delete(h, k)
 		}
 	}

@@ -209,7 +209,9 @@ type Source struct {
 
 	cur    atomic.Pointer[loaded]
 	loadMu sync.Mutex // held while the Store is read
-	stale  atomic.Bool
+	// gen counts Invalidate calls: a set loaded at an older generation
+	// may predate a change the API has committed.
+	gen atomic.Uint64
 	// failures keeps a refresh that fails on every period (the database
 	// down for an hour: one a refresh period, 5 s by default, while posts
 	// arrive) from filling the log.
@@ -224,6 +226,7 @@ type loaded struct {
 	set     *Set
 	version int64
 	checked time.Time
+	gen     uint64 // Source.gen when its read began
 }
 
 // NewSource returns a Source over store; refresh 0 means DefaultRefresh.
@@ -238,58 +241,72 @@ func NewSource(store Store, refresh time.Duration, log *slog.Logger) *Source {
 	return &Source{store: store, log: log, refresh: refresh, now: time.Now, failures: repeatlog.New(failureLogInterval)}
 }
 
-// Invalidate makes the next Current read the rules again.
-func (s *Source) Invalidate() { s.stale.Store(true) }
+// Invalidate makes the next Current read the rules again. A post that
+// starts after it returns is decided by rules read after it, even if a
+// read that began before it is still under way.
+func (s *Source) Invalidate() { s.gen.Add(1) }
 
 // Current returns the rule set to decide a post with. Only when no set was
 // ever loaded does it wait for the Store and return its error; later
 // failures to refresh keep the last set that loaded.
 func (s *Source) Current(ctx context.Context) (*Set, error) {
 	l := s.cur.Load()
-	if l != nil && !s.stale.Load() && s.now().Sub(l.checked) < s.refresh {
+	if s.fresh(l) {
 		return l.set, nil
 	}
 	if !s.loadMu.TryLock() {
-		// Another caller is reading the store: carry on with the set we
-		// have, or, before the first has loaded, fail at once rather than
-		// queue every post behind the store.
-		if l == nil {
+		// Another caller is reading the store. Carry on with the set we
+		// have when only its age calls for a read; before the first has
+		// loaded, fail at once rather than queue every post behind the
+		// store. After an Invalidate, wait (at most loadTimeout): the read
+		// under way may have begun before the change.
+		switch {
+		case l == nil:
 			return nil, errLoading
+		case l.gen == s.gen.Load():
+			return l.set, nil
 		}
-		return l.set, nil
+		s.loadMu.Lock()
 	}
 	defer s.loadMu.Unlock()
-	if l = s.cur.Load(); l != nil && !s.stale.Load() && s.now().Sub(l.checked) < s.refresh {
+	if l = s.cur.Load(); s.fresh(l) {
 		return l.set, nil
 	}
 	// The read is shared by every post that waits for it: it must not end
 	// because the post that happened to start it went away.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), loadTimeout)
 	defer cancel()
+	gen := s.gen.Load()
 	next, err := s.load(ctx, l)
 	if err != nil {
 		if l == nil {
 			return nil, err
 		}
 		// Keep deciding by the last good set, and try again after a
-		// period rather than on every post while the store is down.
+		// period rather than on every post while the store is down (an
+		// Invalidate included: the store it would be read from is down).
 		if log, n := s.failures.Failed(s.now()); log {
 			s.log.Error("receipt rules: refresh failed; the rules read before stay in effect, refresh tried again every period, logged at most once a minute",
 				"version", l.version, "err", err, "notLogged", n)
 		}
-		s.cur.Store(&loaded{set: l.set, version: l.version, checked: s.now()})
+		s.cur.Store(&loaded{set: l.set, version: l.version, checked: s.now(), gen: gen})
 		return l.set, nil
 	}
 	if log, n := s.failures.Succeeded(); log {
 		s.log.Info("receipt rules: refresh works again", "version", next.version, "notLogged", n)
 	}
+	next.gen = gen
 	s.cur.Store(next)
 	return next.set, nil
 }
 
+// fresh reports whether l may decide a post without reading the store.
+func (s *Source) fresh(l *loaded) bool {
+	return l != nil && l.gen == s.gen.Load() && s.now().Sub(l.checked) < s.refresh
+}
+
 // load reads the rules if their version is not prev's.
 func (s *Source) load(ctx context.Context, prev *loaded) (*loaded, error) {
-	s.stale.Store(false)
 	now := s.now()
 	if prev != nil {
 		v, err := s.store.ReceiptRulesVersion(ctx)

@@ -206,6 +206,68 @@ func TestSource(t *testing.T) {
 	}
 }
 
+// blockingStore is a fakeStore whose version reads, once armed, wait for
+// release after reading the version (a read that began before a change).
+type blockingStore struct {
+	*fakeStore
+	entered, release chan struct{}
+}
+
+func (b *blockingStore) ReceiptRulesVersion(ctx context.Context) (int64, error) {
+	v, err := b.fakeStore.ReceiptRulesVersion(ctx)
+	if b.entered != nil {
+		close(b.entered)
+		b.entered = nil
+		<-b.release
+	}
+	return v, err
+}
+
+// TestSourceInvalidateWaitsForReadUnderWay: a post that starts after a
+// change of the rules and its Invalidate is decided by the new rules even
+// while a routine refresh that read the version before the change is
+// under way (it used to get the old set, as the refresh held the lock).
+func TestSourceInvalidateWaitsForReadUnderWay(t *testing.T) {
+	ctx := t.Context()
+	st := &blockingStore{fakeStore: &fakeStore{}}
+	st.set(`[{"action":"DROP"}]`, 1, nil)
+	src := NewSource(st, time.Minute, nil)
+	now := time.Unix(1000, 0)
+	src.now = func() time.Time { return now }
+	if s, err := src.Current(ctx); err != nil || s.Decide(attrs()).Action != Drop {
+		t.Fatalf("first load: %v", err)
+	}
+	now = now.Add(2 * time.Minute) // a routine refresh is due
+	entered, release := make(chan struct{}), make(chan struct{})
+	st.entered, st.release = entered, release
+	refreshed := make(chan Action, 1)
+	go func() {
+		s, _ := src.Current(ctx)
+		refreshed <- s.Decide(attrs()).Action
+	}()
+	<-entered // the refresh has read version 1
+	st.set(`[{"action":"RECEIVE"}]`, 2, nil)
+	src.Invalidate() // as the API does once the change is committed
+	decided := make(chan Action, 1)
+	go func() {
+		s, _ := src.Current(ctx)
+		decided <- s.Decide(attrs()).Action
+	}()
+	select {
+	case a := <-decided:
+		t.Fatalf("a post after the change was decided (%v) before the read under way ended", a)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	if a := <-decided; a != Receive {
+		t.Errorf("a post that started after the change and its Invalidate was decided %v, want %v", a, Receive)
+	}
+	<-refreshed // began before the change: either answer is right
+	if s, _ := src.Current(ctx); s.Decide(attrs()).Action != Receive {
+		t.Error("the new rules are not kept")
+	}
+}
+
 // TestSourceConcurrent: posts on many goroutines read the set while the
 // rules change and are invalidated; every set they get is one that was
 // stored, and once the changes stop they all see the last (run with -race).

@@ -50,7 +50,7 @@ var setByWeir = func() map[string]bool {
 	for _, k := range append([]string{attr.KeyReceiptID, attr.KeyReceiptIDPath, attr.KeyReceivedTime,
 		attr.KeyReceivedTimeHistory, attr.KeyReceivedPath, "UploadUserId", "UploadUsername", "StreamSize",
 		keyDataReceiptRule}, certKeys...) {
-		m[strings.ToLower(k)] = true
+		m[attr.FoldName(k)] = true
 	}
 	return m
 }()
@@ -61,7 +61,7 @@ var setByWeir = func() map[string]bool {
 // credential, or a transport or compression header), or sets it itself.
 // It returns "" for any other name. Names match in any case.
 func ReservedAttribute(name string) string {
-	switch lower := strings.ToLower(strings.TrimSpace(name)); {
+	switch lower := attr.FoldName(strings.TrimSpace(name)); {
 	case notAttributes[lower]:
 		return "weir never stores " + name + " as an attribute (a credential, or a transport or compression header)"
 	case setByWeir[lower]:
@@ -112,13 +112,13 @@ var knownNames = func() map[string]string {
 		"StreamSize", "periodStartTime", "periodEndTime", "User-Agent", "Content-Type",
 		"X-SSL-Client-V-End", "X-SSL-Client-S-DN",
 	} {
-		m[strings.ToLower(k)] = k
+		m[attr.FoldName(k)] = k
 	}
 	return m
 }()
 
 func attributeName(header string) string {
-	if k, ok := knownNames[strings.ToLower(header)]; ok {
+	if k, ok := knownNames[attr.FoldName(header)]; ok {
 		return k
 	}
 	return header
@@ -143,7 +143,7 @@ func connectionKept(cfg config.Receive) map[string]bool {
 	m := map[string]bool{}
 	add := func(name string) {
 		if name = strings.TrimSpace(name); name != "" {
-			m[strings.ToLower(name)] = true
+			m[attr.FoldName(name)] = true
 		}
 	}
 	for _, k := range readByWeir {
@@ -176,7 +176,7 @@ func namedInConnection(conn []string, name string) bool {
 		for v != "" {
 			var tok string
 			tok, v, _ = strings.Cut(v, ",")
-			if tok = strings.Trim(tok, " \t"); tok != "" && strings.EqualFold(tok, name) {
+			if tok = strings.Trim(tok, " \t"); tok != "" && attr.EqualName(tok, name) {
 				return true
 			}
 		}
@@ -192,7 +192,7 @@ func onlyKeepAliveOrClose(conn []string) bool {
 		for v != "" {
 			var tok string
 			tok, v, _ = strings.Cut(v, ",")
-			if tok = strings.Trim(tok, " \t"); tok != "" && !strings.EqualFold(tok, "keep-alive") && !strings.EqualFold(tok, "close") {
+			if tok = strings.Trim(tok, " \t"); tok != "" && !attr.EqualName(tok, "keep-alive") && !attr.EqualName(tok, "close") {
 				return false
 			}
 		}
@@ -218,7 +218,7 @@ func requestAttributes(r *http.Request, hop attr.Hop, kept map[string]bool) *att
 	// Sorted so that attribute order does not depend on map iteration.
 	names := make([]string, 0, len(r.Header))
 	for name := range r.Header {
-		lower := strings.ToLower(name)
+		lower := attr.FoldName(name)
 		if notAttributes[lower] && lower != "compression" {
 			continue
 		}
@@ -249,10 +249,10 @@ func requestAttributes(r *http.Request, hop attr.Hop, kept map[string]bool) *att
 		// A Feed keeps it, to be refused by the feed checks with the name
 		// quoted as sent.
 		k = strings.ReplaceAll(k, "\x00", "\uFFFD")
-		if !strings.EqualFold(k, "Feed") {
+		if !attr.EqualName(k, "Feed") {
 			v = strings.ReplaceAll(v, "\x00", "\uFFFD")
 		}
-		if lower := strings.ToLower(k); notAttributes[lower] && lower != "compression" {
+		if lower := attr.FoldName(k); notAttributes[lower] && lower != "compression" {
 			continue
 		}
 		m.Put(k, v)

@@ -769,7 +769,7 @@ func (h *Handler) checkRules(ctx context.Context, d decision, attrs *attr.Map, t
 		return false, dbFailure(Unavailable, err, "the data receipt rules cannot be read")
 	}
 	dec := set.Decide(func(name string) (string, bool) {
-		if typ != "" && strings.EqualFold(name, "Type") {
+		if typ != "" && attr.EqualName(name, "Type") {
 			return typ, true
 		}
 		return attrs.Get(name)

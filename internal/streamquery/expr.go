@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/weirhq/weir/internal/attr"
@@ -524,6 +525,9 @@ func (t *term) values(v string) *Error {
 			if err != nil {
 				return &Error{Msg: fmt.Sprintf("%s takes dates like 2024-03-01T12:34:56.789Z: %v", t.f.name, err)}
 			}
+			if err := wholeMillis(t.f.name, s, tm); err != nil {
+				return err
+			}
 			t.ints = append(t.ints, tm.UnixMilli())
 		}
 	case kindStatus:
@@ -540,7 +544,9 @@ func (t *term) values(v string) *Error {
 		t.strs = raw
 		t.glob = t.f.wildcard && (t.c == Equals || t.c == NotEquals) && strings.Contains(v, "*")
 	case kindAttr:
-		t.attrValues(raw)
+		if err := t.attrValues(raw); err != nil {
+			return err
+		}
 		t.glob = t.f.wildcard && (t.c == Equals || t.c == NotEquals) && strings.Contains(v, "*")
 		if t.glob {
 			t.parts = strings.Split(v, "*")
@@ -562,13 +568,13 @@ func (t *term) values(v string) *Error {
 // so equality and text matching compare text; the ordering conditions
 // compare numbers when the value is a whole number, dates when it is a
 // date, and text (byte order) otherwise.
-func (t *term) attrValues(raw []string) {
+func (t *term) attrValues(raw []string) *Error {
 	t.vk = valText
 	t.strs = raw
 	switch t.c {
 	case GreaterThan, GreaterThanOrEqualTo, LessThan, LessThanOrEqualTo, Between:
 	default:
-		return
+		return nil
 	}
 	ints := make([]int64, 0, len(raw))
 	for _, s := range raw {
@@ -580,7 +586,7 @@ func (t *term) attrValues(raw []string) {
 	}
 	if len(ints) == len(raw) {
 		t.vk, t.ints, t.strs = valInt, ints, nil
-		return
+		return nil
 	}
 	dates := make([]string, 0, len(raw))
 	for _, s := range raw {
@@ -588,11 +594,26 @@ func (t *term) attrValues(raw []string) {
 		if err != nil || allDigits(s) {
 			break
 		}
+		if err := wholeMillis(t.f.name, s, tm); err != nil {
+			return err
+		}
 		dates = append(dates, attr.FormatTime(tm))
 	}
 	if len(dates) == len(raw) {
 		t.vk, t.strs = valDate, dates
 	}
+	return nil
+}
+
+// wholeMillis refuses a date finer than a millisecond: dates are stored
+// and compared to the millisecond, and cutting the rest off would make
+// GREATER_THAN_OR_EQUAL_TO, LESS_THAN and EQUALS answer wrongly (a stream
+// at .000 is not at or after .0005).
+func wholeMillis(field, s string, tm time.Time) *Error {
+	if tm.Nanosecond()%int(time.Millisecond) == 0 {
+		return nil
+	}
+	return &Error{Msg: fmt.Sprintf("%s: dates are compared to the millisecond; %q is finer (give at most three digits after the seconds)", field, s)}
 }
 
 // attrIntText reports whether s has the shape the SQL side treats as a

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/weirhq/weir/internal/attr"
@@ -64,14 +63,6 @@ func FuzzParseJSON(f *testing.F) {
 		}
 		rows = append(rows, m)
 	}
-	asciiLower := func(s string) string {
-		return strings.Map(func(r rune) rune {
-			if 'A' <= r && r <= 'Z' {
-				return r + 'a' - 'A'
-			}
-			return r
-		}, s)
-	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if e, err := ParseAttributesJSON(b); err == nil {
 			where, args := e.Where(SQLite, nil)
@@ -94,7 +85,7 @@ func FuzzParseJSON(f *testing.F) {
 			for i, m := range rows {
 				match := e.Match(func(name string) (string, bool) {
 					for k, v := range m.All() {
-						if asciiLower(k) == asciiLower(name) {
+						if attr.FoldName(k) == attr.FoldName(name) {
 							return v, true
 						}
 					}

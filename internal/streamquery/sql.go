@@ -260,9 +260,15 @@ func (b *builder) attrTerm(t term) {
 	} else {
 		b.w("SELECT 1 FROM json_each(streams.attributes) AS a")
 	}
-	// Both sides go through the engine's own lower(), so the names match
-	// however the engine folds case (SQLite: ASCII letters only).
-	b.w(" WHERE lower(a.key) = lower(", b.param(t.attr, pText), ")")
+	// Names match with ASCII letters folded only, as attr.EqualName:
+	// SQLite's lower() folds nothing else, PostgreSQL's does under
+	// COLLATE "C" (under a locale it would fold Ä too, and still not the
+	// long s, so the engines and Go would each match differently).
+	if b.d == Postgres {
+		b.w(` WHERE lower(a.key COLLATE "C") = lower(`, b.param(t.attr, pText), ` COLLATE "C")`)
+	} else {
+		b.w(" WHERE lower(a.key) = lower(", b.param(t.attr, pText), ")")
+	}
 	switch t.c {
 	case IsNull, IsNotNull:
 	default:
