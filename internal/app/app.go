@@ -56,7 +56,8 @@ type App struct {
 	proxy    *proxy.Proxy // nil on the main service
 	closers  []func()     // run when storage closes
 	// nodeLock is the node's lock in the database; posts are refused and
-	// the server is not ready while it is lost.
+	// the server is not ready while it is lost and cannot be taken again
+	// (Err), and nothing is purged until it is taken again (Held).
 	nodeLock *meta.NodeLock
 }
 
@@ -170,7 +171,7 @@ func OpenStorage(ctx context.Context, cfg config.Config, node string, log *slog.
 	}
 	o.Store, err = store.Open(ctx, o.Repo, o.Codec, store.Options{
 		Root: filepath.Join(cfg.Data, "store"), Node: node, BlockSize: int(cfg.Store.BlockSize), PackMax: int(cfg.Store.PackMaxSize),
-		Logger: log, Metrics: m, ReadOnly: readOnly, Held: o.nodeLock.Err, CommitTimeout: commitTimeout,
+		Logger: log, Metrics: m, ReadOnly: readOnly, Held: o.nodeLock.Held, CommitTimeout: commitTimeout,
 	})
 	if err != nil {
 		o.Close()
@@ -486,7 +487,7 @@ func (a *App) purgeDeleted(log *slog.Logger, age, interval time.Duration) {
 			// act as its node: another server may have started as it,
 			// whose streams these rows now are, their files on its disk.
 			// Removing the rows would leave those files named by no row.
-			if err := lock.Err(); err != nil {
+			if err := lock.Held(); err != nil {
 				log.Debug("deleted streams are not removed while the node lock is lost", "err", err)
 				select {
 				case <-ctx.Done():

@@ -162,8 +162,11 @@ func (m *Map) All() iter.Seq2[string, string] {
 	}
 }
 
-// Sorted returns a copy of the attributes sorted case-insensitively by key
-// (ties, which a Map cannot hold, would be broken by the exact key).
+// Sorted returns a copy of the attributes sorted case-insensitively by key,
+// as the reference system orders them. Ties are broken by the exact key, so
+// that the order is always the same: a Map folds ASCII letters only, so it
+// holds keys apart that differ in the case of other letters (Ä and ä),
+// which compareFold, folding every letter, finds equal.
 func (m *Map) Sorted() []KV {
 	if m.Len() == 0 {
 		return nil

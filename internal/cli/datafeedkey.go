@@ -146,7 +146,7 @@ func parseKeyAttrs(kvs []string, ownerHeader string) (*attr.Map, error) {
 		if !ok || k == "" {
 			return nil, fmt.Errorf("--attr %q: want KEY=VALUE", kv)
 		}
-		if strings.EqualFold(k, ownerHeader) {
+		if attr.EqualName(k, ownerHeader) {
 			return nil, fmt.Errorf("--attr %q: the owner header %s is the key's account; set it with --account", kv, ownerHeader)
 		}
 		if _, dup := m.Get(k); dup {

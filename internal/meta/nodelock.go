@@ -35,6 +35,11 @@ type NodeLockOptions struct {
 	// StartWait is how long LockNode waits for a lock another session
 	// holds; 0 means DefaultNodeLockStartWait, negative not at all.
 	StartWait time.Duration
+	// ReleaseWait is how long a lock just lost and held by another session
+	// is tried again before that session is blamed (and posts refused); 0
+	// means defaultNodeLockReleaseWait. Tests lengthen it to look at the
+	// lock while it is being taken again.
+	ReleaseWait time.Duration
 }
 
 // DefaultNodeLockStartWait is how long a starting server waits for its
@@ -54,9 +59,14 @@ type NodeLock struct {
 	node     string
 	interval time.Duration
 	timeout  time.Duration
+	release  time.Duration // NodeLockOptions.ReleaseWait
 	// lost is nil while the lock is held, else why posts must not be
 	// received as the node.
-	lost   atomic.Pointer[error]
+	lost atomic.Pointer[error]
+	// retaking is true from the check that finds the lock lost until it is
+	// taken again: posts go on meanwhile (Err is nil), but nothing else
+	// may act as the node (Held).
+	retaking atomic.Bool
 	conn   *sql.Conn // the lock's session; only watch uses it until it returns
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -77,14 +87,17 @@ var ErrNodeLockLost = errors.New("the node lock is lost")
 //
 // A session can end while the server runs (its backend terminated, the
 // database restarted, the connection cut), and its lock with it. So the
-// lock is checked every CheckInterval on its connection; once lost, Err
-// says so (the server refuses posts and is not ready) and the lock is
-// taken again on a new connection each interval until that succeeds. One
-// warning is logged when it is lost, one error if another session turns
-// out to hold it, and one info line when it is taken again. Release ends
-// the session.
+// lock is checked every CheckInterval on its connection; once lost, it is
+// taken again at once on a new connection, and Held reports an error until
+// it is. Posts go on while it is taken (Err stays nil: they were received
+// without the lock since the session ended anyway); only if it cannot be
+// taken (the database away, or another session holding it) does Err say
+// so, and the server refuses posts and is not ready, until a later
+// attempt, one each interval, takes it. One warning is logged when it is
+// lost, one error if another session turns out to hold it, and one info
+// line when it is taken again. Release ends the session.
 func (r *Repo) LockNode(ctx context.Context, node string, opt NodeLockOptions) (*NodeLock, error) {
-	l := &NodeLock{r: r, node: node, interval: opt.CheckInterval}
+	l := &NodeLock{r: r, node: node, interval: opt.CheckInterval, release: opt.ReleaseWait}
 	if r.engine != enginePostgres {
 		return l, nil
 	}
@@ -92,6 +105,9 @@ func (r *Repo) LockNode(ctx context.Context, node string, opt NodeLockOptions) (
 		l.interval = DefaultNodeLockCheckInterval
 	}
 	l.timeout = max(l.interval, nodeLockMinTimeout)
+	if l.release <= 0 {
+		l.release = defaultNodeLockReleaseWait
+	}
 	r.db.SetMaxOpenConns(17) // the pool's 16, and this one
 	r.db.SetMaxIdleConns(17)
 	wait := opt.StartWait
@@ -140,6 +156,20 @@ func (l *NodeLock) Err() error {
 	}
 	if p := l.lost.Load(); p != nil {
 		return *p
+	}
+	return nil
+}
+
+// Held is nil only while the lock is known to be held (always on SQLite):
+// besides Err's errors, it reports one while a lock just lost is being
+// taken again. What may only be done as the node and can wait (removing
+// deleted streams, compacting packs) checks Held; receiving checks Err.
+func (l *NodeLock) Held() error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	if l != nil && l.retaking.Load() {
+		return fmt.Errorf("node %q: %w (its PostgreSQL session ended) and is being taken again", l.node, ErrNodeLockLost)
 	}
 	return nil
 }
@@ -216,6 +246,7 @@ func (l *NodeLock) watch() {
 			if l.ctx.Err() != nil {
 				return
 			}
+			l.retaking.Store(true)
 			dropConn(l.conn)
 			l.conn = nil
 			lostAt = time.Now()
@@ -226,7 +257,8 @@ func (l *NodeLock) watch() {
 			// anyway; refusing them for the moment taking it needs would only
 			// give senders 503s. Refusal starts when it cannot be taken.
 			log.Warn("lost the node's lock in the PostgreSQL database (its session ended): taking it again; "+
-				"until it is taken, posts are refused with 503 and /readyz is not ready", "err", err)
+				"posts are received meanwhile, but refused with 503 (and /readyz not ready) while it cannot be taken, "+
+				"and deleted streams are not purged until it is", "err", err)
 		}
 		conn, got, err := l.takeAgain(lostAt)
 		switch {
@@ -255,6 +287,7 @@ func (l *NodeLock) watch() {
 		default:
 			l.conn = conn
 			l.lost.Store(nil)
+			l.retaking.Store(false)
 			othersReported = false
 			log.Info("took the node's lock in the PostgreSQL database again: receiving resumes",
 				"lostFor", time.Since(lostAt).Round(time.Millisecond).String())
@@ -262,18 +295,18 @@ func (l *NodeLock) watch() {
 	}
 }
 
-// nodeLockReleaseWait is how long a lock just lost is taken again before
+// defaultNodeLockReleaseWait is how long a lock just lost is taken again before
 // another session is blamed for holding it: pg_terminate_backend (and a
 // backend's end in general) tells the client before it releases the
 // session's locks, so the server's own dying session can hold the lock for
 // a moment after the server sees it gone.
-const nodeLockReleaseWait = time.Second
+const defaultNodeLockReleaseWait = time.Second
 
 // nodeLockReleaseRetry is how often a lock just lost is tried within
-// nodeLockReleaseWait.
+// the release wait.
 const nodeLockReleaseRetry = 20 * time.Millisecond
 
-// takeAgain takes the lock on a new session. Within nodeLockReleaseWait of
+// takeAgain takes the lock on a new session. Within the release wait of
 // lostAt, a lock held by another session is tried again every
 // nodeLockReleaseRetry, for the one holding it may be the server's own session,
 // ending.
@@ -282,7 +315,7 @@ func (l *NodeLock) takeAgain(lostAt time.Time) (conn *sql.Conn, got bool, err er
 		ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
 		conn, got, err = l.take(ctx)
 		cancel()
-		if err != nil || got || time.Since(lostAt) >= nodeLockReleaseWait {
+		if err != nil || got || time.Since(lostAt) >= l.release {
 			return conn, got, err
 		}
 		select {

@@ -21,7 +21,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode"
@@ -207,8 +206,10 @@ type Source struct {
 	refresh time.Duration
 	now     func() time.Time
 
-	cur    atomic.Pointer[loaded]
-	loadMu sync.Mutex // held while the Store is read
+	cur atomic.Pointer[loaded]
+	// loading holds a token while the Store is read: a channel, not a
+	// mutex, so that a post waiting for a read may give up when it goes.
+	loading chan struct{}
 	// gen counts Invalidate calls: a set loaded at an older generation
 	// may predate a change the API has committed.
 	gen atomic.Uint64
@@ -238,7 +239,8 @@ func NewSource(store Store, refresh time.Duration, log *slog.Logger) *Source {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Source{store: store, log: log, refresh: refresh, now: time.Now, failures: repeatlog.New(failureLogInterval)}
+	return &Source{store: store, log: log, refresh: refresh, now: time.Now, loading: make(chan struct{}, 1),
+		failures: repeatlog.New(failureLogInterval)}
 }
 
 // Invalidate makes the next Current read the rules again. A post that
@@ -254,21 +256,30 @@ func (s *Source) Current(ctx context.Context) (*Set, error) {
 	if s.fresh(l) {
 		return l.set, nil
 	}
-	if !s.loadMu.TryLock() {
+	select {
+	case s.loading <- struct{}{}:
+	default:
 		// Another caller is reading the store. Carry on with the set we
 		// have when only its age calls for a read; before the first has
 		// loaded, fail at once rather than queue every post behind the
-		// store. After an Invalidate, wait (at most loadTimeout): the read
-		// under way may have begun before the change.
+		// store. After an Invalidate, wait: the read under way may have
+		// begun before the change. The wait lasts as long as that read (at
+		// most loadTimeout) and, if it began before the change, one more
+		// (this caller's), or until the post goes, which is then answered
+		// by the set it has (a sender that has gone hears nothing).
 		switch {
 		case l == nil:
 			return nil, errLoading
 		case l.gen == s.gen.Load():
 			return l.set, nil
 		}
-		s.loadMu.Lock()
+		select {
+		case s.loading <- struct{}{}:
+		case <-ctx.Done():
+			return l.set, nil
+		}
 	}
-	defer s.loadMu.Unlock()
+	defer func() { <-s.loading }()
 	if l = s.cur.Load(); s.fresh(l) {
 		return l.set, nil
 	}
@@ -283,13 +294,15 @@ func (s *Source) Current(ctx context.Context) (*Set, error) {
 			return nil, err
 		}
 		// Keep deciding by the last good set, and try again after a
-		// period rather than on every post while the store is down (an
-		// Invalidate included: the store it would be read from is down).
+		// period rather than on every post while the store is down: an
+		// Invalidate made during the failed read included (the store it
+		// would be read from is down), or every post after it would queue
+		// for a read of its own.
 		if log, n := s.failures.Failed(s.now()); log {
 			s.log.Error("receipt rules: refresh failed; the rules read before stay in effect, refresh tried again every period, logged at most once a minute",
 				"version", l.version, "err", err, "notLogged", n)
 		}
-		s.cur.Store(&loaded{set: l.set, version: l.version, checked: s.now(), gen: gen})
+		s.cur.Store(&loaded{set: l.set, version: l.version, checked: s.now(), gen: s.gen.Load()})
 		return l.set, nil
 	}
 	if log, n := s.failures.Succeeded(); log {

@@ -268,6 +268,56 @@ func TestSourceInvalidateWaitsForReadUnderWay(t *testing.T) {
 	}
 }
 
+// TestSourceInvalidateWaitEndsWithPost: a post waiting, after an
+// Invalidate, for a read under way stops waiting when it goes (its
+// context ends) and gets the set it had; it used to wait for the read
+// whatever became of it. The read under way, and the next post's, still
+// give the new rules.
+func TestSourceInvalidateWaitEndsWithPost(t *testing.T) {
+	st := &blockingStore{fakeStore: &fakeStore{}}
+	st.set(`[{"action":"DROP"}]`, 1, nil)
+	src := NewSource(st, time.Minute, nil)
+	now := time.Unix(1000, 0)
+	src.now = func() time.Time { return now }
+	if _, err := src.Current(t.Context()); err != nil {
+		t.Fatalf("first load: %v", err)
+	}
+	now = now.Add(2 * time.Minute)
+	entered, release := make(chan struct{}), make(chan struct{})
+	st.entered, st.release = entered, release
+	refreshed := make(chan struct{})
+	go func() {
+		defer close(refreshed)
+		_, _ = src.Current(t.Context())
+	}()
+	<-entered
+	st.set(`[{"action":"RECEIVE"}]`, 2, nil)
+	src.Invalidate()
+	ctx, cancel := context.WithCancel(t.Context())
+	decided := make(chan Action, 1)
+	go func() {
+		s, err := src.Current(ctx)
+		if err != nil {
+			t.Errorf("a post that went while waiting: %v", err)
+		}
+		decided <- s.Decide(attrs()).Action
+	}()
+	select {
+	case a := <-decided:
+		t.Fatalf("decided (%v) before the read under way ended", a)
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel()
+	if a := <-decided; a != Drop {
+		t.Errorf("a post that went while waiting got %v, want the set it had (%v)", a, Drop)
+	}
+	close(release)
+	<-refreshed
+	if s, err := src.Current(t.Context()); err != nil || s.Decide(attrs()).Action != Receive {
+		t.Errorf("after the read: %v", err)
+	}
+}
+
 // TestSourceConcurrent: posts on many goroutines read the set while the
 // rules change and are invalidated; every set they get is one that was
 // stored, and once the changes stop they all see the last (run with -race).

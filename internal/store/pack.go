@@ -599,6 +599,9 @@ func (s *Store) purgeDeleted(ctx context.Context, beforeMs int64) (PurgeResult, 
 	kept := map[string]bool{}
 	cur := meta.PurgeStart
 	for {
+		if err := s.held(); err != nil {
+			return res, fmt.Errorf("purge deleted streams: %w", err)
+		}
 		ss, next, err := s.repo.DeletedStreamsBefore(ctx, s.opt.Node, beforeMs, cur, batch)
 		if err != nil {
 			return res, err

@@ -69,8 +69,9 @@ type Options struct {
 	ReadOnly bool
 	// Held, if set, says why this server may no longer act as its node
 	// (its node lock lost: another server may have started as it), or
-	// nil. A compaction of packs checks it before each pack and before
-	// the transaction that repoints the rows, and stops when it fails.
+	// nil. A purge checks it before each batch of streams, a compaction
+	// of packs before each pack and before the transaction that repoints
+	// the rows, and each stops when it fails.
 	Held func() error
 	// CommitTimeout bounds each group commit's metadata transaction: a
 	// database that does not answer within it (cut off without a reset,

@@ -588,20 +588,27 @@ func (t *term) attrValues(raw []string) *Error {
 		t.vk, t.ints, t.strs = valInt, ints, nil
 		return nil
 	}
-	dates := make([]string, 0, len(raw))
+	times := make([]time.Time, 0, len(raw))
 	for _, s := range raw {
 		tm, err := attr.ParseTime(s)
 		if err != nil || allDigits(s) {
 			break
 		}
-		if err := wholeMillis(t.f.name, s, tm); err != nil {
+		times = append(times, tm)
+	}
+	if len(times) < len(raw) {
+		// Not every value is a date: they are all compared as text, a
+		// date finer than a millisecond too.
+		return nil
+	}
+	dates := make([]string, len(raw))
+	for i, tm := range times {
+		if err := wholeMillis(t.f.name, raw[i], tm); err != nil {
 			return err
 		}
-		dates = append(dates, attr.FormatTime(tm))
+		dates[i] = attr.FormatTime(tm)
 	}
-	if len(dates) == len(raw) {
-		t.vk, t.strs = valDate, dates
-	}
+	t.vk, t.strs = valDate, dates
 	return nil
 }
 

@@ -183,6 +183,10 @@ func TestMatch(t *testing.T) {
 		{term_("a", "BETWEEN", "b,d"), post("a", "d"), true},
 		{term_("a", "BETWEEN", "b,d"), post("a", "da"), false},
 		{term_("a", "BETWEEN", "d,b"), post("a", "c"), false}, // reversed text: nothing
+		// A date with a text value: both text, a date finer than a
+		// millisecond too (refused only where it would be compared as a date).
+		{term_("a", "BETWEEN", "2024-01-01T00:00:02.0005Z,zzz"), post("a", "2024-01-01T00:00:02.0005Zz"), true},
+		{term_("a", "BETWEEN", "2024-01-01T00:00:02.0005Z,zzz"), post("a", "2024-01-01T00:00:02.0004Z"), false},
 		{term_("a", "GREATER_THAN", "10x"), post("a", "9"), true},
 
 		// Numbers when every value is one: the attribute too must be one.

@@ -109,7 +109,7 @@ func checkNewKey(n NewKey) (*attr.Map, error) {
 			return nil, invalidf("attribute name %q is empty, has surrounding space, a control character or ':'", k)
 		case strings.TrimSpace(v) != v || !printable(v):
 			return nil, invalidf("the value of attribute %s has surrounding space or a control character", k)
-		case n.OwnerHeader != "" && strings.EqualFold(k, n.OwnerHeader):
+		case n.OwnerHeader != "" && attr.EqualName(k, n.OwnerHeader):
 			return nil, invalidf("attribute %s is the key's account; it cannot be set as an attribute", k)
 		}
 		// A key's attributes are laid over a post's after weir has added
