@@ -67,10 +67,10 @@ type NodeLock struct {
 	// taken again: posts go on meanwhile (Err is nil), but nothing else
 	// may act as the node (Held).
 	retaking atomic.Bool
-	conn   *sql.Conn // the lock's session; only watch uses it until it returns
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
+	conn     *sql.Conn // the lock's session; only watch uses it until it returns
+	ctx      context.Context
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 // ErrNodeLockLost is wrapped by NodeLock.Err while the lock is not held.
