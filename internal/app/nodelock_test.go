@@ -134,8 +134,9 @@ func pollLong(t testing.TB, what string, cond func() bool) {
 }
 
 // nodeLockServer starts a server on PostgreSQL that checks its node lock
-// often, with a feed to post to.
-func nodeLockServer(t *testing.T) (*apptest.Server, *lockWatch) {
+// often, with a feed to post to, posts once to it, and returns the pid of
+// the session that holds the lock.
+func nodeLockServer(t *testing.T) (*apptest.Server, *lockWatch, int) {
 	cfg := apptest.Config(t)
 	if cfg.DB == "" {
 		cfg.DB = metatest.PostgresDSN(t) // skips without WEIR_TEST_POSTGRES_DSN
@@ -143,7 +144,13 @@ func nodeLockServer(t *testing.T) (*apptest.Server, *lockWatch) {
 	cfg.NodeLockCheckInterval = 50 * time.Millisecond
 	s := apptest.StartConfig(t, cfg)
 	s.CreateFeed("NODE-FEED", "", "")
-	return s, newLockWatch(t, cfg.DB, cfg.Node)
+	post(t, s, []byte("before\n"), "Feed", "NODE-FEED").ok(t)
+	w := newLockWatch(t, cfg.DB, cfg.Node)
+	pid := w.holder()
+	if pid == 0 {
+		t.Fatal("the server holds no node lock")
+	}
+	return s, w, pid
 }
 
 func readyz(t testing.TB, s *apptest.Server) *resp {
@@ -168,12 +175,7 @@ const (
 // lock again on a new session and goes on receiving. It used to go on
 // without the lock, so that a second server could start as the same node.
 func TestNodeLockTakenAgainAfterSessionEnds(t *testing.T) {
-	s, w := nodeLockServer(t)
-	post(t, s, []byte("before\n"), "Feed", "NODE-FEED").ok(t)
-	first := w.holder()
-	if first == 0 {
-		t.Fatal("the server holds no node lock")
-	}
+	s, w, first := nodeLockServer(t)
 	// Posts go on while the lock is lost and taken again: as nobody else
 	// holds it, it is taken again at once, and none is refused for the
 	// moment that takes (the server used to refuse posts from noticing the
@@ -248,12 +250,7 @@ func postThroughout(t *testing.T, s *apptest.Server) func() string {
 // server takes it once it is free, without refusing a post or blaming
 // another server (it used to do both at the first try).
 func TestNodeLockReleasedLateAfterSessionEnds(t *testing.T) {
-	s, w := nodeLockServer(t)
-	post(t, s, []byte("before\n"), "Feed", "NODE-FEED").ok(t)
-	first := w.holder()
-	if first == 0 {
-		t.Fatal("the server holds no node lock")
-	}
+	s, w, first := nodeLockServer(t)
 	refusals := postThroughout(t, s)
 	other, _ := w.takeOnKill(first)
 	time.Sleep(200 * time.Millisecond) // a few of the server's checks
@@ -280,12 +277,7 @@ func TestNodeLockReleasedLateAfterSessionEnds(t *testing.T) {
 // not ready, and logs an error once; when the other releases the lock, the
 // server takes it and receives again by itself.
 func TestNodeLockHeldByAnotherAfterSessionEnds(t *testing.T) {
-	s, w := nodeLockServer(t)
-	post(t, s, []byte("before\n"), "Feed", "NODE-FEED").ok(t)
-	first := w.holder()
-	if first == 0 {
-		t.Fatal("the server holds no node lock")
-	}
+	s, w, first := nodeLockServer(t)
 
 	// Another session queues for the lock, so that it gets it the moment
 	// the server's session ends, before the server can take it again.
