@@ -149,6 +149,12 @@ func OpenStorage(ctx context.Context, cfg config.Config, node string, log *slog.
 			return nil, err
 		}
 	}
+	// Before the store recovers anything: in another data directory it
+	// would look for the node's files in the wrong place.
+	if err := checkDataDir(ctx, o.Repo, cfg.Data, readOnly); err != nil {
+		o.Close()
+		return nil, err
+	}
 	comp, err := streamfile.ParseCompression(cfg.Store.Compression)
 	if err != nil {
 		o.Close()
@@ -501,7 +507,12 @@ func (a *App) purgeDeleted(log *slog.Logger, age, interval time.Duration) {
 				log.Info("removed streams deleted longer than store.deletePurgeAge for good",
 					"count", res.Streams, "bytes", res.Bytes, "compactedPacks", res.Packs, "deletePurgeAge", age.String())
 			}
-			if err != nil && ctx.Err() == nil {
+			switch {
+			case err == nil || ctx.Err() != nil:
+			case errors.Is(err, meta.ErrNodeLockLost):
+				// Stopped between batches, as the check above would.
+				log.Debug("deleted streams are not removed while the node lock is lost", "err", err)
+			default:
 				log.Warn("cannot remove deleted streams for good; trying again at the next run", "err", err, "interval", interval.String())
 			}
 			select {

@@ -20,8 +20,11 @@ import (
 )
 
 // TestNodeNameInUseOnPostgres: a second server with the same node name on
-// the same PostgreSQL database, but a data directory of its own (so the
-// data directory's lock cannot see it), is refused at start. It used to
+// the same PostgreSQL database, but a data directory the data directory's
+// lock cannot see it in (here one of its own; in production a shared
+// filesystem whose locks do not reach across hosts), is refused at start,
+// for its node name (the node lock is taken before the data directory is
+// checked). It used to
 // start, and its crash recovery deleted the first server's posts in flight
 // (LOCKED rows), failing them, and the two gave the same receipt ids.
 // Another node name starts beside it, and the name is free again once the
@@ -46,7 +49,8 @@ func TestNodeNameInUseOnPostgres(t *testing.T) {
 		t.Fatalf("second server as the same node: %v", err)
 	}
 
-	other := second
+	// Another node on the same database (and data directory) starts.
+	other := cfg
 	other.Node = "other-node"
 	apptest.StartConfig(t, other).Stop()
 
@@ -66,8 +70,7 @@ func TestNodeNameInUseOnPostgres(t *testing.T) {
 	// Once the first has stopped the node is free; its session's lock
 	// goes a moment later, which the default wait at start covers.
 	first.Stop()
-	second.NodeLockStartWait = 0
-	apptest.StartConfig(t, second).Stop()
+	apptest.StartConfig(t, cfg).Stop()
 }
 
 // lockWatch looks at the node lock of a server's PostgreSQL schema from a

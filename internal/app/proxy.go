@@ -16,6 +16,7 @@ import (
 
 	"github.com/weirhq/weir/internal/auth"
 	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/fsutil"
 	"github.com/weirhq/weir/internal/proxy"
 	"github.com/weirhq/weir/internal/receipt"
 	"github.com/weirhq/weir/internal/receive"
@@ -65,15 +66,7 @@ func ProxyID(configured, dataDir string) (string, error) {
 	var r [8]byte
 	_, _ = rand.Read(r[:])
 	id := "proxy-" + hex.EncodeToString(r[:])
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o640); err != nil {
-		return "", fmt.Errorf("keep proxy id: %w", err)
-	}
-	if f, err := os.Open(tmp); err == nil {
-		_ = f.Sync()
-		f.Close()
-	}
-	if err := os.Rename(tmp, p); err != nil {
+	if err := fsutil.WriteFileSynced(p, []byte(id+"\n"), 0o640); err != nil {
 		return "", fmt.Errorf("keep proxy id: %w", err)
 	}
 	return id, nil

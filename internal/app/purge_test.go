@@ -251,8 +251,8 @@ func TestPurgeDeletedStreamsOff(t *testing.T) {
 	}
 }
 
-// TestPurgeDeletedStreamsNodes: on PostgreSQL shared by two nodes, each
-// with its own data directory, a node purges only the streams it holds;
+// TestPurgeDeletedStreamsNodes: on PostgreSQL shared by two nodes (and
+// their data directory), a node purges only the streams it wrote;
 // the other node's stay until that node purges them.
 func TestPurgeDeletedStreamsNodes(t *testing.T) {
 	t.Parallel()
@@ -265,7 +265,8 @@ func TestPurgeDeletedStreamsNodes(t *testing.T) {
 	}
 	bcfg := apptest.Config(t)
 	pgConfig(&bcfg)
-	bcfg.Node, bcfg.DB = "node-b", a.Cfg.DB
+	// Nodes on one database share its data directory (checkDataDir).
+	bcfg.Node, bcfg.DB, bcfg.Data = "node-b", a.Cfg.DB, a.Cfg.Data
 	bcfg.Store.DeletePurgeAge = 0 // node b's purge off, to see what node a leaves
 	b := apptest.StartConfig(t, bcfg)
 	admin := user(t, a, "pgadmin", []string{access.Administrator}, nil)

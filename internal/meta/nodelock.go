@@ -160,9 +160,10 @@ func (l *NodeLock) Err() error {
 	return nil
 }
 
-// Held is nil only while the lock is known to be held (always on SQLite):
-// besides Err's errors, it reports one while a lock just lost is being
-// taken again. What may only be done as the node and can wait (removing
+// Held is nil unless the last check found the lock lost (always nil on
+// SQLite): besides Err's errors, it reports one while a lock just lost is
+// being taken again. Between the session's end and the check that finds
+// it (CheckInterval, or the check's timeout), it is nil all the same. What may only be done as the node and can wait (removing
 // deleted streams, compacting packs) checks Held; receiving checks Err.
 func (l *NodeLock) Held() error {
 	if err := l.Err(); err != nil {

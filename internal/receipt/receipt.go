@@ -7,13 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/weirhq/weir/internal/fsutil"
 )
 
 // Origins: which kind of node issued an id. Keeping the two apart means a
@@ -359,35 +360,7 @@ func (g *Generator) reserve(e, c int64, retry *atomic.Int64) {
 	g.aheadFrom.Store(0)
 }
 
-// writeSynced replaces the file at path with v, durably: a temporary
-// file, synced, renamed over it, and its directory synced.
+// writeSynced replaces the file at path with v, durably.
 func writeSynced(path string, v int64) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(strconv.FormatInt(v, 10) + "\n")
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return fsutil.WriteFileSynced(path, []byte(strconv.FormatInt(v, 10)+"\n"), 0o640)
 }

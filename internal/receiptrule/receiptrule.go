@@ -245,7 +245,9 @@ func NewSource(store Store, refresh time.Duration, log *slog.Logger) *Source {
 
 // Invalidate makes the next Current read the rules again. A post that
 // starts after it returns is decided by rules read after it, even if a
-// read that began before it is still under way.
+// read that began before it is still under way; unless that read, or the
+// post's own, fails (the store down): then the rules read before decide
+// until a read succeeds, a refresh period later.
 func (s *Source) Invalidate() { s.gen.Add(1) }
 
 // Current returns the rule set to decide a post with. Only when no set was

@@ -211,6 +211,7 @@ func TestSource(t *testing.T) {
 type blockingStore struct {
 	*fakeStore
 	entered, release chan struct{}
+	failAfter        error // if set, the blocked read's answer once released
 }
 
 func (b *blockingStore) ReceiptRulesVersion(ctx context.Context) (int64, error) {
@@ -219,6 +220,9 @@ func (b *blockingStore) ReceiptRulesVersion(ctx context.Context) (int64, error) 
 		close(b.entered)
 		b.entered = nil
 		<-b.release
+		if b.failAfter != nil {
+			err = b.failAfter
+		}
 	}
 	return v, err
 }
@@ -299,6 +303,8 @@ func TestSourceInvalidateWaitEndsWithPost(t *testing.T) {
 		s, err := src.Current(ctx)
 		if err != nil {
 			t.Errorf("a post that went while waiting: %v", err)
+			decided <- Action("error")
+			return
 		}
 		decided <- s.Decide(attrs()).Action
 	}()
@@ -308,13 +314,71 @@ func TestSourceInvalidateWaitEndsWithPost(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	cancel()
-	if a := <-decided; a != Drop {
-		t.Errorf("a post that went while waiting got %v, want the set it had (%v)", a, Drop)
+	select {
+	case a := <-decided:
+		if a != Drop {
+			t.Errorf("a post that went while waiting got %v, want the set it had (%v)", a, Drop)
+		}
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("a post whose context ended still waits for the read under way")
 	}
 	close(release)
 	<-refreshed
 	if s, err := src.Current(t.Context()); err != nil || s.Decide(attrs()).Action != Receive {
 		t.Errorf("after the read: %v", err)
+	}
+}
+
+// TestSourceFailedReadAfterInvalidate: when the read under way at an
+// Invalidate fails (the store down), the posts after it are decided by the
+// set read before, as after any failed refresh, until a refresh period
+// has passed: they do not each queue for a read of their own (the failed
+// read used to record the generation it began at, so every post after the
+// Invalidate read the store again, one at a time).
+func TestSourceFailedReadAfterInvalidate(t *testing.T) {
+	ctx := t.Context()
+	st := &blockingStore{fakeStore: &fakeStore{}}
+	st.set(`[{"action":"DROP"}]`, 1, nil)
+	src := NewSource(st, time.Minute, nil)
+	now := time.Unix(1000, 0)
+	src.now = func() time.Time { return now }
+	if _, err := src.Current(ctx); err != nil {
+		t.Fatalf("first load: %v", err)
+	}
+	now = now.Add(2 * time.Minute)
+	entered, release := make(chan struct{}), make(chan struct{})
+	st.entered, st.release = entered, release
+	st.failAfter = errors.New("database down") // the read under way fails
+	refreshed := make(chan struct{})
+	go func() {
+		defer close(refreshed)
+		_, _ = src.Current(ctx)
+	}()
+	<-entered
+	st.set(`[{"action":"RECEIVE"}]`, 2, errors.New("database down"))
+	src.Invalidate()
+	close(release)
+	<-refreshed
+	st.mu.Lock()
+	reads := st.versionReads
+	st.mu.Unlock()
+	for range 5 {
+		if s, err := src.Current(ctx); err != nil || s.Decide(attrs()).Action != Drop {
+			t.Fatalf("a post with the store down: %v", err)
+		}
+	}
+	st.mu.Lock()
+	after := st.versionReads
+	st.mu.Unlock()
+	if after != reads {
+		t.Errorf("posts after a failed read read the store %d more times within the refresh period, want none", after-reads)
+	}
+	// The store back, a period later: the change decides.
+	st.set(`[{"action":"RECEIVE"}]`, 2, nil)
+	now = now.Add(2 * time.Minute)
+	if s, err := src.Current(ctx); err != nil || s.Decide(attrs()).Action != Receive {
+		t.Errorf("a period after the store came back: %v", err)
 	}
 }
 

@@ -1,0 +1,84 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/weirhq/weir/internal/access"
+	"github.com/weirhq/weir/internal/app"
+	"github.com/weirhq/weir/internal/app/apptest"
+	"github.com/weirhq/weir/internal/meta/metatest"
+)
+
+// TestDataDirCheckedOnPostgres: servers on one PostgreSQL database must
+// share its data directory. A second node started on a data directory of
+// its own used to start, and then answered 500 ("its stored file is
+// missing") for every stream the first had written, and 404 for its
+// exports. Now it is refused at start, with a message that says what to
+// do, whether its directory has no id or another one; on the first
+// server's directory it starts, and so does a directory given the id by
+// hand (a lost directory replaced by an empty one).
+func TestDataDirCheckedOnPostgres(t *testing.T) {
+	cfg := apptest.Config(t)
+	if cfg.DB == "" {
+		cfg.DB = metatest.PostgresDSN(t) // skips without WEIR_TEST_POSTGRES_DSN
+	}
+	first := apptest.StartConfig(t, cfg)
+	first.CreateFeed("DIR-FEED", "", "")
+	b, err := os.ReadFile(filepath.Join(cfg.Data, "data-id"))
+	id := strings.TrimSpace(string(b))
+	if err != nil || len(id) != 32 {
+		t.Fatalf("the first server's data-id: %q %v", b, err)
+	}
+
+	other := cfg
+	other.Node = "other-node"
+	other.Data = t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	refused := func(want ...string) {
+		t.Helper()
+		a, err := app.New(context.Background(), other, log)
+		if err == nil {
+			_ = a.Shutdown(0)
+			t.Fatal("a node on another data directory started")
+		}
+		for _, w := range append(want, "every weir server on one database must use the same data directory", "--data") {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("refusal %q does not say %q", err, w)
+			}
+		}
+	}
+	refused("has no data-id file", id, "write "+id+" into "+filepath.Join(other.Data, "data-id"))
+	if err := os.WriteFile(filepath.Join(other.Data, "data-id"), []byte("0123456789abcdef\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	refused("(id 0123456789abcdef, in its data-id file) is not the one", "(id "+id+")")
+	if err := os.WriteFile(filepath.Join(other.Data, "data-id"), []byte("not an id!\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.New(context.Background(), other, log); err == nil || !strings.Contains(err.Error(), "does not hold a data directory id") {
+		t.Fatalf("a data-id file that holds no id: %v", err)
+	}
+
+	// The operator's way out: the lost directory's id, written by hand.
+	if err := os.WriteFile(filepath.Join(other.Data, "data-id"), []byte(id+"\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	apptest.StartConfig(t, other).Stop()
+
+	// The first server's directory, shared: the second node reads the
+	// first's streams.
+	other.Data = cfg.Data
+	second := apptest.StartConfig(t, other)
+	rid := post(t, first, []byte("shared\n"), "Feed", "DIR-FEED").ok(t)
+	x := streamByReceipt(t, first, rid)
+	admin := user(t, second, "diradmin", []string{access.Administrator}, nil)
+	if r := admin.do("GET", fmt.Sprintf("/streams/%d/data", x.ID), ""); r.status != 200 || string(r.body) != "shared\n" {
+		t.Fatalf("the second node reading the first's stream: %d %q", r.status, r.body)
+	}
+}
