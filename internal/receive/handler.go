@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -274,7 +275,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := h.opt.Now()
 	id := h.opt.IDs.Next().String()
 	p := &post{h: h, r: r, w: w, receiptID: id, received: now}
-	out, err := p.run()
+	out, err := p.runRecovered()
 	var e *Error
 	if err != nil {
 		e = asError(err)
@@ -296,6 +297,27 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write([]byte(id + "\n"))
 	p.log(out, nil, "OK", now)
+}
+
+// runRecovered is run, with a panic (a bug in weir) turned into a 500 with
+// the status headers every datafeed failure carries, instead of Go's server
+// cutting the connection without a word. The post's deferred clean-ups have
+// run by then, as they would have under the server's own recovery.
+func (p *post) runRecovered() (out outcome, err error) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		if v == http.ErrAbortHandler {
+			panic(v) // a deliberate abort: the server cuts the connection quietly
+		}
+		p.h.opt.Log.Error("datafeed: a post failed on a bug in weir (a panic); answered 500",
+			"receiptId", p.receiptID, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		err = &Error{Code: UnknownError, Detail: "weir failed on this post (a bug; logged with receipt id " + p.receiptID +
+			"); it may not have been stored: send it again"}
+	}()
+	return p.run()
 }
 
 // ServerMaxHeaderBytes is what the HTTP server itself reads of a request's
