@@ -12,7 +12,6 @@ import (
 	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/app"
 	"github.com/weirhq/weir/internal/app/apptest"
-	"github.com/weirhq/weir/internal/meta/metatest"
 )
 
 // TestDataDirCheckedOnPostgres: servers on one PostgreSQL database must
@@ -24,12 +23,7 @@ import (
 // server's directory it starts, and so does a directory given the id by
 // hand (a lost directory replaced by an empty one).
 func TestDataDirCheckedOnPostgres(t *testing.T) {
-	cfg := apptest.Config(t)
-	if cfg.DB == "" {
-		cfg.DB = metatest.PostgresDSN(t) // skips without WEIR_TEST_POSTGRES_DSN
-	}
-	first := apptest.StartConfig(t, cfg)
-	first.CreateFeed("DIR-FEED", "", "")
+	cfg, first := startOnPostgres(t, "DIR-FEED", nil)
 	b, err := os.ReadFile(filepath.Join(cfg.Data, "data-id"))
 	id := strings.TrimSpace(string(b))
 	if err != nil || len(id) != 32 {

@@ -16,6 +16,7 @@ import (
 	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/app"
 	"github.com/weirhq/weir/internal/app/apptest"
+	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/meta/metatest"
 )
 
@@ -24,18 +25,13 @@ import (
 // lock cannot see it in (here one of its own; in production a shared
 // filesystem whose locks do not reach across hosts), is refused at start,
 // for its node name (the node lock is taken before the data directory is
-// checked). It used to
-// start, and its crash recovery deleted the first server's posts in flight
-// (LOCKED rows), failing them, and the two gave the same receipt ids.
+// checked). It used to start, and its crash recovery deleted the first
+// server's posts in flight (LOCKED rows), failing them, and the two gave
+// the same receipt ids.
 // Another node name starts beside it, and the name is free again once the
 // first server stops.
 func TestNodeNameInUseOnPostgres(t *testing.T) {
-	cfg := apptest.Config(t)
-	if cfg.DB == "" {
-		cfg.DB = metatest.PostgresDSN(t) // skips without WEIR_TEST_POSTGRES_DSN
-	}
-	first := apptest.StartConfig(t, cfg)
-	first.CreateFeed("NODE-FEED", "", "")
+	cfg, first := startOnPostgres(t, "NODE-FEED", nil)
 
 	second := cfg
 	second.Data = t.TempDir()
@@ -71,6 +67,23 @@ func TestNodeNameInUseOnPostgres(t *testing.T) {
 	// goes a moment later, which the default wait at start covers.
 	first.Stop()
 	apptest.StartConfig(t, cfg).Stop()
+}
+
+// startOnPostgres starts a server on PostgreSQL (a schema of the test's
+// own; the test is skipped without WEIR_TEST_POSTGRES_DSN), with a feed,
+// and returns it with its configuration.
+func startOnPostgres(t *testing.T, feed string, mutate func(*config.Config)) (config.Config, *apptest.Server) {
+	t.Helper()
+	cfg := apptest.Config(t)
+	if cfg.DB == "" {
+		cfg.DB = metatest.PostgresDSN(t)
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s := apptest.StartConfig(t, cfg)
+	s.CreateFeed(feed, "", "")
+	return cfg, s
 }
 
 // lockWatch looks at the node lock of a server's PostgreSQL schema from a
@@ -140,13 +153,7 @@ func pollLong(t testing.TB, what string, cond func() bool) {
 // often, with a feed to post to, posts once to it, and returns the pid of
 // the session that holds the lock.
 func nodeLockServer(t *testing.T) (*apptest.Server, *lockWatch, int) {
-	cfg := apptest.Config(t)
-	if cfg.DB == "" {
-		cfg.DB = metatest.PostgresDSN(t) // skips without WEIR_TEST_POSTGRES_DSN
-	}
-	cfg.NodeLockCheckInterval = 50 * time.Millisecond
-	s := apptest.StartConfig(t, cfg)
-	s.CreateFeed("NODE-FEED", "", "")
+	cfg, s := startOnPostgres(t, "NODE-FEED", func(c *config.Config) { c.NodeLockCheckInterval = 50 * time.Millisecond })
 	post(t, s, []byte("before\n"), "Feed", "NODE-FEED").ok(t)
 	w := newLockWatch(t, cfg.DB, cfg.Node)
 	pid := w.holder()

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -227,29 +228,48 @@ func (b *blockingStore) ReceiptRulesVersion(ctx context.Context) (int64, error) 
 	return v, err
 }
 
+// refreshUnderWay returns a Source whose rules (one DROP rule, version 1)
+// were loaded a refresh period ago, with a routine refresh under way that
+// has read the version and waits for release (then answers failAfter, if
+// set); refreshed is closed when that refresh's Current returns.
+func refreshUnderWay(t *testing.T, failAfter error) (src *Source, st *blockingStore, release, refreshed chan struct{}) {
+	t.Helper()
+	st = &blockingStore{fakeStore: &fakeStore{}}
+	st.set(`[{"action":"DROP"}]`, 1, nil)
+	src = NewSource(st, time.Minute, nil)
+	var now atomic.Int64
+	now.Store(1000)
+	src.now = func() time.Time { return time.Unix(now.Load(), 0) }
+	if s, err := src.Current(t.Context()); err != nil || s.Decide(attrs()).Action != Drop {
+		t.Fatalf("first load: %v", err)
+	}
+	now.Add(120) // a routine refresh is due
+	entered := make(chan struct{})
+	release, refreshed = make(chan struct{}), make(chan struct{})
+	st.entered, st.release, st.failAfter = entered, release, failAfter
+	go func() {
+		defer close(refreshed)
+		_, _ = src.Current(t.Context())
+	}()
+	<-entered // the refresh has read version 1
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+		<-refreshed
+	})
+	return src, st, release, refreshed
+}
+
 // TestSourceInvalidateWaitsForReadUnderWay: a post that starts after a
 // change of the rules and its Invalidate is decided by the new rules even
 // while a routine refresh that read the version before the change is
 // under way (it used to get the old set, as the refresh held the lock).
 func TestSourceInvalidateWaitsForReadUnderWay(t *testing.T) {
 	ctx := t.Context()
-	st := &blockingStore{fakeStore: &fakeStore{}}
-	st.set(`[{"action":"DROP"}]`, 1, nil)
-	src := NewSource(st, time.Minute, nil)
-	now := time.Unix(1000, 0)
-	src.now = func() time.Time { return now }
-	if s, err := src.Current(ctx); err != nil || s.Decide(attrs()).Action != Drop {
-		t.Fatalf("first load: %v", err)
-	}
-	now = now.Add(2 * time.Minute) // a routine refresh is due
-	entered, release := make(chan struct{}), make(chan struct{})
-	st.entered, st.release = entered, release
-	refreshed := make(chan Action, 1)
-	go func() {
-		s, _ := src.Current(ctx)
-		refreshed <- s.Decide(attrs()).Action
-	}()
-	<-entered // the refresh has read version 1
+	src, st, release, refreshed := refreshUnderWay(t, nil)
 	st.set(`[{"action":"RECEIVE"}]`, 2, nil)
 	src.Invalidate() // as the API does once the change is committed
 	decided := make(chan Action, 1)
@@ -278,23 +298,7 @@ func TestSourceInvalidateWaitsForReadUnderWay(t *testing.T) {
 // whatever became of it. The read under way, and the next post's, still
 // give the new rules.
 func TestSourceInvalidateWaitEndsWithPost(t *testing.T) {
-	st := &blockingStore{fakeStore: &fakeStore{}}
-	st.set(`[{"action":"DROP"}]`, 1, nil)
-	src := NewSource(st, time.Minute, nil)
-	now := time.Unix(1000, 0)
-	src.now = func() time.Time { return now }
-	if _, err := src.Current(t.Context()); err != nil {
-		t.Fatalf("first load: %v", err)
-	}
-	now = now.Add(2 * time.Minute)
-	entered, release := make(chan struct{}), make(chan struct{})
-	st.entered, st.release = entered, release
-	refreshed := make(chan struct{})
-	go func() {
-		defer close(refreshed)
-		_, _ = src.Current(t.Context())
-	}()
-	<-entered
+	src, st, release, refreshed := refreshUnderWay(t, nil)
 	st.set(`[{"action":"RECEIVE"}]`, 2, nil)
 	src.Invalidate()
 	ctx, cancel := context.WithCancel(t.Context())
@@ -338,24 +342,8 @@ func TestSourceInvalidateWaitEndsWithPost(t *testing.T) {
 // Invalidate read the store again, one at a time).
 func TestSourceFailedReadAfterInvalidate(t *testing.T) {
 	ctx := t.Context()
-	st := &blockingStore{fakeStore: &fakeStore{}}
-	st.set(`[{"action":"DROP"}]`, 1, nil)
-	src := NewSource(st, time.Minute, nil)
-	now := time.Unix(1000, 0)
-	src.now = func() time.Time { return now }
-	if _, err := src.Current(ctx); err != nil {
-		t.Fatalf("first load: %v", err)
-	}
-	now = now.Add(2 * time.Minute)
-	entered, release := make(chan struct{}), make(chan struct{})
-	st.entered, st.release = entered, release
-	st.failAfter = errors.New("database down") // the read under way fails
-	refreshed := make(chan struct{})
-	go func() {
-		defer close(refreshed)
-		_, _ = src.Current(ctx)
-	}()
-	<-entered
+	// The read under way fails.
+	src, st, release, refreshed := refreshUnderWay(t, errors.New("database down"))
 	st.set(`[{"action":"RECEIVE"}]`, 2, errors.New("database down"))
 	src.Invalidate()
 	close(release)
@@ -376,7 +364,8 @@ func TestSourceFailedReadAfterInvalidate(t *testing.T) {
 	}
 	// The store back, a period later: the change decides.
 	st.set(`[{"action":"RECEIVE"}]`, 2, nil)
-	now = now.Add(2 * time.Minute)
+	later := time.Unix(1000, 0).Add(4 * time.Minute)
+	src.now = func() time.Time { return later } // nothing else runs now
 	if s, err := src.Current(ctx); err != nil || s.Decide(attrs()).Action != Receive {
 		t.Errorf("a period after the store came back: %v", err)
 	}
