@@ -97,7 +97,8 @@ func TestService(t *testing.T) {
 		{"LastUsed", testLastUsed},
 		{"VerifyAPIKey", testVerifyAPIKey},
 		{"Bootstrap", testBootstrap},
-		{"BootstrapConcurrent", testBootstrapConcurrent},
+		{"BootstrapConcurrent", func(t *testing.T, loc location) { testBootstrapConcurrent(t, loc, false) }},
+		{"BootstrapConcurrentSharedDir", func(t *testing.T, loc location) { testBootstrapConcurrent(t, loc, true) }},
 		{"BootstrapStaleFile", testBootstrapStaleFile},
 	}
 	for _, ec := range engines {
@@ -887,8 +888,10 @@ func testBootstrap(t *testing.T, loc location) {
 }
 
 // testBootstrapConcurrent starts several "nodes" at once on one database,
-// each with its own repository and data directory.
-func testBootstrapConcurrent(t *testing.T, loc location) {
+// each with its own repository, and its own data directory or (shared) one
+// they all share, as nodes of a cluster do: there a node used to find the
+// winner's key file and refuse to start, taking it for a stale one.
+func testBootstrapConcurrent(t *testing.T, loc location, shared bool) {
 	ctx := t.Context()
 	const n = 4
 	svcs := make([]*Service, n)
@@ -896,6 +899,9 @@ func testBootstrapConcurrent(t *testing.T, loc location) {
 	for i := range n {
 		svcs[i] = New(openRepo(t, loc), 0, nil)
 		dirs[i] = t.TempDir()
+		if shared && i > 0 {
+			dirs[i] = dirs[0]
+		}
 	}
 	paths := make([]string, n)
 	created := make([]bool, n)
@@ -918,7 +924,7 @@ func testBootstrapConcurrent(t *testing.T, loc location) {
 			if p, err := svcs[0].Authenticate(ctx, string(b)); err != nil || !p.IsAdmin() {
 				t.Errorf("winner's key: %v", err)
 			}
-		} else if statErr == nil {
+		} else if statErr == nil && !shared {
 			t.Errorf("node %d lost but wrote a key file", i)
 		}
 	}

@@ -51,6 +51,12 @@ func (s *Service) Bootstrap(ctx context.Context, dataDir string) (path string, c
 	}
 	path = filepath.Join(dataDir, BootstrapKeyFile)
 	if _, err := os.Lstat(path); err == nil {
+		// Another server sharing the data directory may have just
+		// bootstrapped (the file is written after its transaction
+		// commits): then there are users now, and nothing to do.
+		if has, herr := s.repo.HasUsers(ctx); herr == nil && has {
+			return "", false, nil
+		}
 		return "", false, fmt.Errorf("bootstrap: the database has no users but %s already exists, left by an earlier start against another database; move it away (keeping it if that database is still in use) and start again", path)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return "", false, fmt.Errorf("bootstrap: %w", err)

@@ -33,24 +33,32 @@ func checkDataDir(ctx context.Context, repo *meta.Repo, dataDir string, readOnly
 	if readOnly || repo.Engine() != "postgres" {
 		return nil
 	}
+	// The row before the file: the file is written before the row, so a
+	// server that finds the row finds the file too (on the right
+	// directory), even while another server is recording them.
 	path := filepath.Join(dataDir, dataIDFile)
-	have, err := readDataID(path)
+	want, err := repo.DataDirID(ctx)
 	if err != nil {
 		return err
 	}
-	want, err := repo.DataDirID(ctx)
+	have, err := readDataID(path)
 	if err != nil {
 		return err
 	}
 	if want == "" {
 		if have == "" {
 			// The file first, then the row: a crash between them leaves a
-			// file the next start records.
+			// file the next start records. Created only if absent, so that
+			// of servers starting at once on a new database and a shared
+			// directory, all record the one id that the file holds.
 			var b [16]byte
 			_, _ = rand.Read(b[:])
-			have = hex.EncodeToString(b[:])
-			if err := fsutil.WriteFileSynced(path, []byte(have+"\n"), 0o640); err != nil {
+			// Not created: another server's, just written, is read.
+			if _, err := fsutil.CreateFileSynced(path, []byte(hex.EncodeToString(b[:])+"\n"), 0o640); err != nil {
 				return fmt.Errorf("write the data directory's id: %w", err)
+			}
+			if have, err = readDataID(path); err != nil {
+				return err
 			}
 		}
 		if want, err = repo.RecordDataDirID(ctx, have); err != nil {

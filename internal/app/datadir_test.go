@@ -12,6 +12,7 @@ import (
 	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/app"
 	"github.com/weirhq/weir/internal/app/apptest"
+	"github.com/weirhq/weir/internal/meta/metatest"
 )
 
 // TestDataDirCheckedOnPostgres: servers on one PostgreSQL database must
@@ -74,5 +75,41 @@ func TestDataDirCheckedOnPostgres(t *testing.T) {
 	admin := user(t, second, "diradmin", []string{access.Administrator}, nil)
 	if r := admin.do("GET", fmt.Sprintf("/streams/%d/data", x.ID), ""); r.status != 200 || string(r.body) != "shared\n" {
 		t.Fatalf("the second node reading the first's stream: %d %q", r.status, r.body)
+	}
+}
+
+// TestDataDirFirstStartsAtOnce: several nodes that start at the same time
+// on a new database and a shared data directory all start: one id is
+// written and recorded, not one per server (which would refuse all but
+// one, and later every start, as the file and the row disagreed).
+func TestDataDirFirstStartsAtOnce(t *testing.T) {
+	cfg := apptest.Config(t)
+	if cfg.DB == "" {
+		cfg.DB = metatest.PostgresDSN(t) // skips without WEIR_TEST_POSTGRES_DSN
+	}
+	log := slog.New(slog.DiscardHandler)
+	const n = 4
+	errs := make(chan error, n)
+	for i := range n {
+		c := cfg
+		c.Node = fmt.Sprintf("node-%d", i)
+		go func() {
+			a, err := app.New(context.Background(), c, log)
+			if err == nil {
+				err = a.Shutdown(0)
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("a node starting at once with others: %v", err)
+		}
+	}
+	// And each starts again.
+	for i := range n {
+		c := cfg
+		c.Node = fmt.Sprintf("node-%d", i)
+		apptest.StartConfig(t, c).Stop()
 	}
 }

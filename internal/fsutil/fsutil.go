@@ -3,7 +3,9 @@
 package fsutil
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -33,6 +35,46 @@ func WriteFileSynced(path string, data []byte, perm os.FileMode) error {
 		return err
 	}
 	return SyncDir(filepath.Dir(path))
+}
+
+// CreateFileSynced creates the file at path holding data, durably, unless
+// a file is there already: then it returns created false and leaves that
+// one alone. The data is written to a temporary file first and linked in
+// place, so that another process never sees the file before it is whole,
+// and of two processes creating it at once exactly one succeeds. Where the
+// filesystem has no hard links, the file is written as WriteFileSynced
+// does, if it is still absent.
+func CreateFileSynced(path string, data []byte, perm os.FileMode) (created bool, err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return false, err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Chmod(perm)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, err
+	}
+	switch err := os.Link(tmp.Name(), path); {
+	case errors.Is(err, fs.ErrExist):
+		return false, nil
+	case err != nil:
+		if _, serr := os.Lstat(path); serr == nil {
+			return false, nil
+		}
+		if err := os.Rename(tmp.Name(), path); err != nil {
+			return false, err
+		}
+	}
+	return true, SyncDir(filepath.Dir(path))
 }
 
 // SyncDir makes the entries of dir (files created, renamed or removed in

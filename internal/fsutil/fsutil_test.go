@@ -34,3 +34,47 @@ func TestWriteFileSynced(t *testing.T) {
 		t.Fatal("a missing directory synced")
 	}
 }
+
+// TestCreateFileSynced: the file is created whole once; later calls, and
+// calls racing with it, leave it as it is and say so; exactly one of many
+// racing callers creates it, and no temporary file is left.
+func TestCreateFileSynced(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "id")
+	const n = 16
+	created := make(chan bool, n)
+	for i := range n {
+		go func() {
+			ok, err := CreateFileSynced(p, []byte{byte('a' + i), '\n'}, 0o640)
+			if err != nil {
+				t.Error(err)
+			}
+			created <- ok
+		}()
+	}
+	count := 0
+	for range n {
+		if <-created {
+			count++
+		}
+	}
+	if count != 1 {
+		t.Fatalf("%d callers created the file, want 1", count)
+	}
+	got, err := os.ReadFile(p)
+	if err != nil || len(got) != 2 || got[1] != '\n' {
+		t.Fatalf("the file holds %q %v", got, err)
+	}
+	if ok, err := CreateFileSynced(p, []byte("other\n"), 0o640); ok || err != nil {
+		t.Fatalf("a second create: %v %v", ok, err)
+	}
+	if again, _ := os.ReadFile(p); string(again) != string(got) {
+		t.Fatalf("the file changed to %q", again)
+	}
+	if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Fatalf("mode: %v %v", fi.Mode(), err)
+	}
+	if es, _ := os.ReadDir(dir); len(es) != 1 {
+		t.Fatalf("files left beside it: %v", es)
+	}
+}
