@@ -222,19 +222,22 @@ func newApp(ctx context.Context, cfg config.Config, node string, log *slog.Logge
 	if a.lock, err = lockNode(cfg.Data, node); err != nil {
 		return nil, err
 	}
-	tmp := filepath.Join(cfg.Data, "tmp", node)
+	st, err := OpenStorage(ctx, cfg, node, log, a.registry, false)
+	if err != nil {
+		return nil, err
+	}
+	a.repo, a.codec, a.store, a.nodeLock = st.Repo, st.Codec, st.Store, st.nodeLock
 	// Staging files of posts that were in flight at a crash are worthless.
+	// Only once the node's lock is held: on a shared data directory a
+	// server of the same name on another host (which the directory's lock
+	// may not see) would remove the live server's.
+	tmp := filepath.Join(cfg.Data, "tmp", node)
 	if err := os.RemoveAll(tmp); err != nil {
 		return nil, fmt.Errorf("clean %s: %w", tmp, err)
 	}
 	if err := os.MkdirAll(tmp, 0o750); err != nil {
 		return nil, fmt.Errorf("create %s: %w", tmp, err)
 	}
-	st, err := OpenStorage(ctx, cfg, node, log, a.registry, false)
-	if err != nil {
-		return nil, err
-	}
-	a.repo, a.codec, a.store, a.nodeLock = st.Repo, st.Codec, st.Store, st.nodeLock
 	if a.sec, err = newSecurity(ctx, cfg, a.repo, log); err != nil {
 		return nil, err
 	}

@@ -41,29 +41,32 @@ func checkDataDir(ctx context.Context, repo *meta.Repo, dataDir string, readOnly
 	if err != nil {
 		return err
 	}
+	if want == "" {
+		// The first start on this database since it has had ids (servers
+		// starting at once take turns here): the directory's id is recorded,
+		// the file's if it has one (a crash between the file and the row),
+		// else a new one, written first.
+		want, err = repo.RecordDataDirID(ctx, func() (string, error) {
+			if id, err := readDataID(path); err != nil || id != "" {
+				return id, err
+			}
+			if err := claimable(ctx, repo, dataDir); err != nil {
+				return "", err
+			}
+			var b [16]byte
+			_, _ = rand.Read(b[:])
+			if _, err := fsutil.CreateFileSynced(path, []byte(hex.EncodeToString(b[:])+"\n"), 0o640); err != nil {
+				return "", fmt.Errorf("write the data directory's id: %w", err)
+			}
+			return readDataID(path)
+		})
+		if err != nil {
+			return err
+		}
+	}
 	have, err := readDataID(path)
 	if err != nil {
 		return err
-	}
-	if want == "" {
-		if have == "" {
-			// The file first, then the row: a crash between them leaves a
-			// file the next start records. Created only if absent, so that
-			// of servers starting at once on a new database and a shared
-			// directory, all record the one id that the file holds.
-			var b [16]byte
-			_, _ = rand.Read(b[:])
-			// Not created: another server's, just written, is read.
-			if _, err := fsutil.CreateFileSynced(path, []byte(hex.EncodeToString(b[:])+"\n"), 0o640); err != nil {
-				return fmt.Errorf("write the data directory's id: %w", err)
-			}
-			if have, err = readDataID(path); err != nil {
-				return err
-			}
-		}
-		if want, err = repo.RecordDataDirID(ctx, have); err != nil {
-			return err
-		}
 	}
 	switch {
 	case have == want:
@@ -80,6 +83,25 @@ func checkDataDir(ctx context.Context, repo *meta.Repo, dataDir string, readOnly
 			"mount), or none could read the others' streams. Start this server on that directory (--data or data:), or give it "+
 			"a database of its own", dataDir, have, dataIDFile, want)
 	}
+}
+
+// claimable refuses to give a database that holds streams (one upgraded
+// from a version without data directory ids) a data directory without a
+// store: a shared filesystem not mounted yet, or a mistyped --data, would
+// otherwise claim it, and every node on the right directory be refused.
+func claimable(ctx context.Context, repo *meta.Repo, dataDir string) error {
+	has, err := repo.HasStreams(ctx)
+	if err != nil || !has {
+		return err
+	}
+	store := filepath.Join(dataDir, "store")
+	if fi, err := os.Stat(store); err == nil && fi.IsDir() {
+		return nil
+	}
+	return fmt.Errorf("this PostgreSQL database holds streams, but the data directory %s has no store (%s): it is not the "+
+		"data directory they are in (a shared filesystem not mounted yet, or another --data). Start this server on that "+
+		"directory (every weir server on one database must use the same one); if their files are lost and it is to go on "+
+		"without them, create the directory %s", dataDir, store, store)
 }
 
 // readDataID reads the id in the data-id file at path, "" if there is none.

@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"os"
@@ -111,5 +112,51 @@ func TestDataDirFirstStartsAtOnce(t *testing.T) {
 		c := cfg
 		c.Node = fmt.Sprintf("node-%d", i)
 		apptest.StartConfig(t, c).Stop()
+	}
+}
+
+// TestDataDirUpgradeNeedsStore: a database that holds streams but no data
+// directory id (one from before the check) is claimed only by a data
+// directory with a store. An empty one (a shared filesystem not mounted
+// yet, a mistyped --data) is refused, and claims nothing: the nodes on the
+// right directory start afterwards.
+func TestDataDirUpgradeNeedsStore(t *testing.T) {
+	cfg, s := startOnPostgres(t, "UP-FEED", nil)
+	rid := post(t, s, []byte("before the upgrade\n"), "Feed", "UP-FEED").ok(t)
+	s.Stop()
+	// As before migration 0013: no row, no file.
+	db, err := sql.Open("pgx", cfg.DB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`DELETE FROM data_directory`); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(cfg.Data, "data-id")); err != nil {
+		t.Fatal(err)
+	}
+
+	empty := cfg
+	empty.Data = t.TempDir()
+	if a, err := app.New(context.Background(), empty, slog.New(slog.DiscardHandler)); err == nil {
+		_ = a.Shutdown(0)
+		t.Fatal("an empty data directory claimed a database that holds streams")
+	} else if !strings.Contains(err.Error(), "holds streams") || !strings.Contains(err.Error(), "has no store") {
+		t.Fatalf("refusal: %v", err)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM data_directory`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the refused start recorded %d ids (%v)", n, err)
+	}
+
+	s = apptest.StartConfig(t, cfg)
+	admin := user(t, s, "upadmin", []string{access.Administrator}, nil)
+	x := streamByReceipt(t, s, rid)
+	if r := admin.do("GET", fmt.Sprintf("/streams/%d/data", x.ID), ""); r.status != 200 || string(r.body) != "before the upgrade\n" {
+		t.Fatalf("the stream after the upgrade: %d %q", r.status, r.body)
+	}
+	if b, err := os.ReadFile(filepath.Join(cfg.Data, "data-id")); err != nil || len(strings.TrimSpace(string(b))) != 32 {
+		t.Fatalf("the data-id written at the upgrade: %q %v", b, err)
 	}
 }

@@ -13,7 +13,8 @@ import (
 // WriteFileSynced replaces the file at path with data, durably: a
 // temporary file beside it is written and synced, renamed over path, and
 // the directory synced, so that a crash or power cut leaves either the old
-// file or the new one, whole.
+// file or the new one, whole. The temporary file's name is fixed (path
+// with ".tmp"), so a path must have one writer at a time.
 func WriteFileSynced(path string, data []byte, perm os.FileMode) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)

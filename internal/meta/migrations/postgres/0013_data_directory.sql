@@ -1,4 +1,4 @@
--- The data directory whose files the rows name (see Repo.CheckDataDir):
+-- The data directory whose files the rows name (see checkDataDir in internal/app):
 -- one row, the id written in the directory's data-id file when the first
 -- server started on this database. Every server on the database must use
 -- that directory (a filesystem they share); one started on another is
