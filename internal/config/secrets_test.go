@@ -2,6 +2,7 @@ package config
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -78,4 +79,55 @@ func TestInlineSecretsInWorldReadableFile(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestInlineSecretsInWorkingTree: a config file holding a secret is refused
+// when it lies anywhere in a version control working tree (.git, .hg or
+// .svn in its directory or one above), naming the file, the option and the
+// tree; the same file outside loads, and a file without secrets loads in a
+// working tree.
+func TestInlineSecretsInWorkingTree(t *testing.T) {
+	for _, vcs := range []string{".git", ".hg", ".svn"} {
+		t.Run(vcs, func(t *testing.T) {
+			root := t.TempDir()
+			if err := os.Mkdir(filepath.Join(root, vcs), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(root, "deploy", "weir")
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, "weir.yaml")
+			if err := os.WriteFile(path, []byte("db: postgres://weir:hunter2@db:5432/weir\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(path)
+			if err == nil {
+				t.Fatal("a secret in a working tree loaded; want it refused")
+			}
+			for _, want := range []string{path, "db (its password)", filepath.Join(root, vcs), "version control working tree", "PGPASSFILE"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %q", err, want)
+				}
+			}
+			if err := os.WriteFile(path, []byte("db: postgres://weir@db:5432/weir\nnode: n1\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Load(path); err != nil {
+				t.Errorf("no secret, in a working tree: %v", err)
+			}
+		})
+	}
+	// A .git file (a worktree or submodule) counts too.
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, ".git"), []byte("gitdir: /elsewhere\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(root, "weir.yaml")
+	if err := os.WriteFile(path, []byte("db: postgres://weir:hunter2@db:5432/weir\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "working tree") {
+		t.Errorf("a secret beside a .git file: %v", err)
+	}
 }
