@@ -285,8 +285,20 @@ func (p *compactProof) settle(srv *server) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	// The old pack goes after the transaction that purged the rows.
-	time.Sleep(500 * time.Millisecond)
+	// The old pack goes after the transaction that purged the rows, and
+	// its recorded removal is forgotten only once the file is gone (and
+	// its directory synced): wait for no removal to be recorded, rather
+	// than a fixed time that a loaded machine (or the power-cut
+	// filesystem) may not cover.
+	for {
+		if _, removals := p.readDB(); len(removals) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatal("recorded pack removals still there a minute after the restart")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // packState reads the rows' packs and the recorded removals.

@@ -144,7 +144,8 @@ func OpenStorage(ctx context.Context, cfg config.Config, node string, log *slog.
 	// Before the store recovers the node's streams: another server's.
 	if !readOnly {
 		if o.nodeLock, err = o.Repo.LockNode(ctx, node, meta.NodeLockOptions{
-			CheckInterval: cfg.NodeLockCheckInterval, StartWait: cfg.NodeLockStartWait}); err != nil {
+			CheckInterval: cfg.NodeLockCheckInterval, StartWait: cfg.NodeLockStartWait,
+			ReleaseWait: cfg.NodeLockReleaseWait}); err != nil {
 			o.Close()
 			return nil, err
 		}

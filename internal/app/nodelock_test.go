@@ -152,8 +152,13 @@ func pollLong(t testing.TB, what string, cond func() bool) {
 // nodeLockServer starts a server on PostgreSQL that checks its node lock
 // often, with a feed to post to, posts once to it, and returns the pid of
 // the session that holds the lock.
-func nodeLockServer(t *testing.T) (*apptest.Server, *lockWatch, int) {
-	cfg, s := startOnPostgres(t, "NODE-FEED", func(c *config.Config) { c.NodeLockCheckInterval = 50 * time.Millisecond })
+func nodeLockServer(t *testing.T, mutate ...func(*config.Config)) (*apptest.Server, *lockWatch, int) {
+	cfg, s := startOnPostgres(t, "NODE-FEED", func(c *config.Config) {
+		c.NodeLockCheckInterval = 50 * time.Millisecond
+		for _, m := range mutate {
+			m(c)
+		}
+	})
 	post(t, s, []byte("before\n"), "Feed", "NODE-FEED").ok(t)
 	w := newLockWatch(t, cfg.DB, cfg.Node)
 	pid := w.holder()
@@ -260,7 +265,9 @@ func postThroughout(t *testing.T, s *apptest.Server) func() string {
 // server takes it once it is free, without refusing a post or blaming
 // another server (it used to do both at the first try).
 func TestNodeLockReleasedLateAfterSessionEnds(t *testing.T) {
-	s, w, first := nodeLockServer(t)
+	// A release wait far longer than the other session's hold, so that a
+	// stalled machine cannot make the hold outlast it.
+	s, w, first := nodeLockServer(t, func(c *config.Config) { c.NodeLockReleaseWait = 20 * time.Second })
 	refusals := postThroughout(t, s)
 	other, _ := w.takeOnKill(first)
 	time.Sleep(200 * time.Millisecond) // a few of the server's checks

@@ -58,6 +58,13 @@ func (rr *recordingRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Write(rb)
 }
 
+// count returns how many bodies were delivered.
+func (rr *recordingRelay) count() int {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	return len(rr.bodies)
+}
+
 // methods returns the zip methods of the entries of each body delivered.
 func (rr *recordingRelay) methods(t *testing.T) [][]uint16 {
 	t.Helper()
@@ -125,6 +132,12 @@ func TestProxyForwardsS2(t *testing.T) {
 				post(t, p, []byte(data), "Feed", testFeed, "System", "sys").accepted(t)
 				sent = append(sent, data)
 				waitParts(t, main, i+1)
+				// The main service stores a post before it answers, and the
+				// relay records the zip once it has the answer; the proxy
+				// learns what its downstream reads when its send returns,
+				// before it removes the forwarded post.
+				apptest.WaitFor(t, "the relay recorded the zip", func() bool { return rr.count() == i+1 })
+				apptest.WaitFor(t, "the proxy's repository to empty", func() bool { return len(p.Streams()) == 0 })
 			}
 			var got []string
 			for _, part := range allParts(t, main) {

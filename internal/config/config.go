@@ -42,6 +42,11 @@ type Config struct {
 	// lock held by another session; 0: meta.DefaultNodeLockStartWait. Not
 	// read from the file: tests shorten it.
 	NodeLockStartWait time.Duration `yaml:"-"`
+	// NodeLockReleaseWait is how long a lock just lost and held by another
+	// session is tried again before that session is blamed; 0: a second
+	// (meta.NodeLockOptions.ReleaseWait). Not read from the file: tests
+	// lengthen it.
+	NodeLockReleaseWait time.Duration `yaml:"-"`
 }
 
 // API configures the REST API.

@@ -149,6 +149,11 @@ func (s *Store) finish(st *staged) {
 	if err == nil {
 		s.retryLeftovers()
 	}
+	// Counted before any request is answered, so that whoever reads the
+	// metric after its answer finds its batch in it.
+	if m := s.opt.Metrics; m != nil {
+		m.batchSize.Observe(float64(len(st.batch)))
+	}
 	if err != nil && len(st.batch) > 1 && !meta.IsUnavailable(err) {
 		// One bad request must not fail its neighbours: retry each alone.
 		// Not when the database is unreachable: no request is to blame,
@@ -162,7 +167,6 @@ func (s *Store) finish(st *staged) {
 		}
 	}
 	if m := s.opt.Metrics; m != nil {
-		m.batchSize.Observe(float64(len(st.batch)))
 		m.commitSeconds.Observe(time.Since(st.start).Seconds())
 	}
 }
