@@ -268,15 +268,6 @@ func (s *opsAPI) importDir() string           { return filepath.Join(s.DataDir, 
 func (s *opsAPI) exportFile(id string) string { return filepath.Join(s.exportDir(), id+".zip") }
 func (s *opsAPI) importFile(id string) string { return filepath.Join(s.importDir(), id+".zip") }
 
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
 
 // staleUpload is how long an upload's staged file may go unchanged and
 // without an operation before it is taken for one that a crash cut short.

@@ -24,6 +24,7 @@ import (
 	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/fsutil"
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/operations"
 	"github.com/weirhq/weir/internal/store"
@@ -263,7 +264,7 @@ func (s *opsAPI) runExport(ctx context.Context, run *operations.Run) (any, error
 		return nil, s.opError(ctx, run, "write the export file", err)
 	}
 	renamed = true
-	if err := syncDir(s.exportDir()); err != nil {
+	if err := fsutil.SyncDir(s.exportDir()); err != nil {
 		return nil, s.opError(ctx, run, "write the export file", err)
 	}
 	exported := slices.Sorted(maps.Keys(feeds))

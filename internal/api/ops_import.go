@@ -16,6 +16,7 @@ import (
 	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/auth"
 	"github.com/weirhq/weir/internal/config"
+	"github.com/weirhq/weir/internal/fsutil"
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/operations"
 	"github.com/weirhq/weir/internal/receive"
@@ -165,7 +166,7 @@ func (s *opsAPI) stageImport(in *importInput, id string, limit int64) (int64, er
 		return 0, s.stageFailed(err)
 	}
 	staged = true
-	if err := syncDir(s.importDir()); err != nil {
+	if err := fsutil.SyncDir(s.importDir()); err != nil {
 		return 0, s.stageFailed(err)
 	}
 	return n, nil

@@ -199,11 +199,7 @@ func (r *Repo) queryUsers(ctx context.Context, what, query string, args ...any) 
 
 // HasUsers reports whether any user or group exists.
 func (r *Repo) HasUsers(ctx context.Context) (bool, error) {
-	var n int
-	if err := r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM users LIMIT 1) AS one`).Scan(&n); err != nil {
-		return false, fmt.Errorf("count users: %w", err)
-	}
-	return n > 0, nil
+	return r.anyRow(ctx, "users")
 }
 
 // SetUserEnabled enables or disables a user or group. A missing name gives

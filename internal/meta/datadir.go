@@ -60,9 +60,14 @@ func (r *Repo) RecordDataDirID(ctx context.Context, newID func() (string, error)
 
 // HasStreams reports whether the database holds any stream row.
 func (r *Repo) HasStreams(ctx context.Context) (bool, error) {
+	return r.anyRow(ctx, "streams")
+}
+
+// anyRow reports whether table (a constant, never input) has a row.
+func (r *Repo) anyRow(ctx context.Context, table string) (bool, error) {
 	var n int
-	if err := r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM streams LIMIT 1) AS one`).Scan(&n); err != nil {
-		return false, fmt.Errorf("look for streams: %w", err)
+	if err := r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM `+table+` LIMIT 1) AS one`).Scan(&n); err != nil {
+		return false, fmt.Errorf("look for rows in %s: %w", table, err)
 	}
 	return n > 0, nil
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weirhq/weir/internal/fsutil"
 	"github.com/weirhq/weir/internal/meta"
 )
 
@@ -195,7 +196,7 @@ func (s *Store) stage(batch []*request) *staged {
 				continue
 			}
 			seen[d] = true
-			if err := syncDir(d); err != nil {
+			if err := fsutil.SyncDir(d); err != nil {
 				st.err = err
 				return st
 			}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/weirhq/weir/internal/fsutil"
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/streamfile"
 )
@@ -221,7 +222,7 @@ func (s *Store) copyStaying(oldPath, newPath string, staying []meta.PackMove) (i
 	if err := dst.Close(); err != nil {
 		return 0, fmt.Errorf("close pack: %w", err)
 	}
-	if err := syncDir(filepath.Dir(newPath)); err != nil {
+	if err := fsutil.SyncDir(filepath.Dir(newPath)); err != nil {
 		return 0, err
 	}
 	return off, nil
@@ -277,7 +278,7 @@ func (s *Store) removeRecorded(ctx context.Context, pack string, check bool) err
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove pack %s: %w", pack, err)
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := fsutil.SyncDir(filepath.Dir(path)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	if err := s.compactStep("removed"); err != nil {

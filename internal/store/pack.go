@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/weirhq/weir/internal/fsutil"
 	"github.com/weirhq/weir/internal/meta"
 )
 
@@ -160,7 +161,7 @@ func (s *Store) startPackWrite() (*openPack, error) {
 			break
 		}
 		// The new name must be durable before any row names it.
-		if err := syncDir(filepath.Dir(path)); err != nil {
+		if err := fsutil.SyncDir(filepath.Dir(path)); err != nil {
 			f.Close()
 			_ = os.Remove(path)
 			return nil, err
@@ -416,7 +417,7 @@ type removal struct {
 func (s *Store) removeDeletedSynced(ctx context.Context, streams []meta.Stream, claim *int64) (removal, error) {
 	r, err := s.removeDeleted(ctx, streams, claim)
 	for dir := range r.dirs {
-		if serr := syncDir(dir); serr != nil && !errors.Is(serr, os.ErrNotExist) {
+		if serr := fsutil.SyncDir(dir); serr != nil && !errors.Is(serr, os.ErrNotExist) {
 			// Nothing may be purged: the rows stay DELETED, and the next
 			// cleanup removes (finds gone) and syncs again.
 			return removal{}, errors.Join(err, serr)

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/internal/attr"
+	"github.com/weirhq/weir/internal/fsutil"
 	"github.com/weirhq/weir/internal/meta"
 	"github.com/weirhq/weir/internal/streamfile"
 )
@@ -689,20 +690,9 @@ func mkdirAllSync(dir string) error {
 	if err := os.Mkdir(dir, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	return syncDir(parent)
+	return fsutil.SyncDir(parent)
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
-}
 
 // IsNoSpace reports whether err comes from a full disk.
 func IsNoSpace(err error) bool {
