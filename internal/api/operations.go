@@ -268,7 +268,6 @@ func (s *opsAPI) importDir() string           { return filepath.Join(s.DataDir, 
 func (s *opsAPI) exportFile(id string) string { return filepath.Join(s.exportDir(), id+".zip") }
 func (s *opsAPI) importFile(id string) string { return filepath.Join(s.importDir(), id+".zip") }
 
-
 // staleUpload is how long an upload's staged file may go unchanged and
 // without an operation before it is taken for one that a crash cut short.
 // An upload that is still arriving writes to it all the time (one that

@@ -693,7 +693,6 @@ func mkdirAllSync(dir string) error {
 	return fsutil.SyncDir(parent)
 }
 
-
 // IsNoSpace reports whether err comes from a full disk.
 func IsNoSpace(err error) bool {
 	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
