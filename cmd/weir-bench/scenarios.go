@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,10 @@ type scenario struct {
 const (
 	tDrain = "drain" // weir-baseline -mode drain
 	tNaive = "naive" // weir-baseline -mode fsync
+	// tGroup is weir-baseline -mode group, measured only with -ceiling: a
+	// log flushed once per batch of posts, the most a durable server can
+	// answer on this disk with this many senders.
+	tGroup = "group"
 	tWeir  = "weir"  // weir serve
 	tProxy = "proxy" // sender -> weir proxy -> weir serve
 	// tProxyDeflate is tProxy forwarding zips whose entries are deflated
@@ -217,17 +222,23 @@ func (h *harness) startTarget(scen, target string) (*server, error) {
 	}
 	s := &server{target: target, dir: dir}
 	switch target {
-	case tDrain, tNaive:
+	case tDrain, tNaive, tGroup:
 		addr, err := freeAddr()
 		if err != nil {
 			return nil, err
 		}
 		mode := "drain"
 		args := []string{"-listen", addr}
-		if target == tNaive {
+		switch target {
+		case tNaive:
 			mode = "fsync"
 			s.naiveDir = filepath.Join(dir, "files")
 			args = append(args, "-dir", s.naiveDir)
+		case tGroup:
+			// Its one file grows for as long as it runs: a closed-loop
+			// scenario's measurements write a few GiB at most.
+			mode = "group"
+			args = append(args, "-dir", filepath.Join(dir, "log"))
 		}
 		p, err := startProc(target, filepath.Join(dir, "server.log"), h.bin("weir-baseline"), append([]string{"-mode", mode}, args...)...)
 		if err != nil {
@@ -408,6 +419,10 @@ func (h *harness) finish(scen string, load func(target string) string, servers [
 // from other work on the machine spreads over all of them).
 func closedLoop(targets []string, args func(o *options, d time.Duration) []string) func(h *harness, s scenario) error {
 	return func(h *harness, sc scenario) error {
+		targets := targets
+		if h.o.ceiling {
+			targets = append(slices.Clip(targets), tGroup)
+		}
 		servers, err := h.startAll(sc.name, targets)
 		if err != nil {
 			return err

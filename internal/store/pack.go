@@ -102,7 +102,7 @@ func (s *Store) writePack(items []*packItem) (packWrite, error) {
 		// fdatasync: the pack's name is durable already, and a batch that
 		// changed the file's length (past the zeroed part) still has the
 		// length flushed with its data.
-		if err := fdatasync(p.f); err != nil {
+		if err := fsutil.Fdatasync(p.f); err != nil {
 			werr, synced = fmt.Errorf("sync pack: %w", err), false
 		}
 	}

@@ -1,13 +1,13 @@
-package store
+package fsutil
 
 import (
 	"os"
 	"syscall"
 )
 
-// fdatasync flushes f's data and the metadata needed to read it back (its
+// Fdatasync flushes f's data and the metadata needed to read it back (its
 // length), not its timestamps, which would cost a journal commit.
-func fdatasync(f *os.File) error {
+func Fdatasync(f *os.File) error {
 	for {
 		err := syscall.Fdatasync(int(f.Fd()))
 		if err != syscall.EINTR {
