@@ -1,16 +1,25 @@
 package main
 
 import (
-	"compress/gzip"
+	"bytes"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 
+	"github.com/klauspost/compress/gzip"
+
 	"github.com/weirhq/weir/internal/fsutil"
+)
+
+// The group mode is a ceiling, so it takes the cheapest ways weir could
+// take too: klauspost's gzip (what weir decodes with; the naive mode keeps
+// the standard library's, as a naive server would) and reused buffers.
+var (
+	bufs  = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+	gzips sync.Pool // *gzip.Reader
 )
 
 // zeroAhead is how far past the data the log is zero-filled, as weir's packs.
@@ -49,19 +58,29 @@ func openLog(dir string) (*groupLog, error) {
 // append reads the post's body, writes it at the log's end and returns once
 // a flush that began after the write has returned.
 func (l *groupLog) append(r *http.Request) error {
-	var src io.Reader = r.Body
+	buf := bufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer bufs.Put(buf)
 	if strings.EqualFold(strings.TrimSpace(r.Header.Get("Compression")), "GZIP") {
-		zr, err := gzip.NewReader(r.Body)
+		zr, _ := gzips.Get().(*gzip.Reader)
+		var err error
+		if zr == nil {
+			zr, err = gzip.NewReader(r.Body)
+		} else {
+			err = zr.Reset(r.Body)
+		}
 		if err != nil {
 			return err
 		}
-		defer zr.Close()
-		src = zr
-	}
-	body, err := io.ReadAll(src)
-	if err != nil {
+		_, err = buf.ReadFrom(zr)
+		gzips.Put(zr)
+		if err != nil {
+			return err
+		}
+	} else if _, err := buf.ReadFrom(r.Body); err != nil {
 		return err
 	}
+	body := buf.Bytes()
 	l.mu.Lock()
 	off := l.end
 	l.end += int64(len(body))
