@@ -321,3 +321,55 @@ func TestDatafeedUndeclaredCompression(t *testing.T) {
 		nothingStored(t, s)
 	})
 }
+
+// TestDatafeedRepeatedHeaders: a header on several lines is one list (RFC
+// 9110 5.3). Content-Encoding on two lines is refused as the same list on
+// one line is, not half decoded; a header or query parameter weir reads
+// (Feed, Type, Compression, ...) given twice with different values is
+// refused with both values named; any other is stored joined with ", ".
+func TestDatafeedRepeatedHeaders(t *testing.T) {
+	t.Parallel()
+	const text = "SOME TEST DATA\n"
+	s := start(t, nil)
+	s.CreateFeed("OTHER-FEED", "", "")
+	for _, tc := range []struct {
+		name string
+		body []byte
+		hdr  []string
+	}{
+		{"identity_then_gzip", gz(t, text), []string{"Content-Encoding", "identity", "Content-Encoding", "gzip"}},
+		{"gzip_twice", gz(t, string(gz(t, text))), []string{"Content-Encoding", "gzip", "Content-Encoding", "gzip"}},
+		{"one_line", gz(t, text), []string{"Content-Encoding", "identity, gzip"}},
+	} {
+		post(t, s, tc.body, append([]string{"Feed", testFeed}, tc.hdr...)...).fails(t, 406, 200, "Content-Encoding", "gzip")
+	}
+	for _, tc := range []struct {
+		name, path string
+		hdr        []string
+		contains   []string
+	}{
+		{"feed_twice", "/datafeed", []string{"Feed", testFeed, "Feed", "OTHER-FEED"}, []string{"header Feed", testFeed, "OTHER-FEED"}},
+		{"feed_in_two_cases", "/datafeed", []string{"Feed", testFeed, "feed", "OTHER-FEED"}, []string{testFeed, "OTHER-FEED"}},
+		{"type_twice", "/datafeed", []string{"Feed", testFeed, "Type", "Raw Events", "Type", "Events"}, []string{"header Type", "Raw Events"}},
+		{"compression_twice", "/datafeed", []string{"Feed", testFeed, "Compression", "NONE", "Compression", "GZIP"}, []string{"Compression", "NONE", "GZIP"}},
+		{"query_feed_twice", "/datafeed?Feed=" + testFeed + "&feed=OTHER-FEED", nil, []string{"query parameter", testFeed, "OTHER-FEED"}},
+	} {
+		send(t, s, http.MethodPost, tc.path, strings.NewReader(text), tc.hdr...).fails(t, 406, 104, tc.contains...)
+	}
+	nothingStored(t, s)
+
+	// The same value twice is no ambiguity; other attributes are joined.
+	id := send(t, s, http.MethodPost, "/datafeed?Tag=a&tag=b&Tag=a", strings.NewReader(text),
+		"Feed", testFeed, "Feed", testFeed, "System", "one", "System", "two", "X-Same", "v", "X-Same", "v").ok(t)
+	st := streamByReceipt(t, s, id)
+	for name, want := range map[string]string{"Feed": testFeed, "System": "one, two", "Tag": "a, b, a", "X-Same": "v"} {
+		if got := st.Attributes.Value(name); got != want {
+			t.Errorf("attribute %s = %q, want %q", name, got, want)
+		}
+	}
+	// Query parameters still win over headers, as documented.
+	id = send(t, s, http.MethodPost, "/datafeed?Feed=OTHER-FEED", strings.NewReader(text), "Feed", testFeed).ok(t)
+	if st := streamByReceipt(t, s, id); st.Feed != "OTHER-FEED" {
+		t.Errorf("feed %q, want the query parameter's OTHER-FEED", st.Feed)
+	}
+}

@@ -602,6 +602,17 @@ func TestDatafeedZipInvalid(t *testing.T) {
 		{"two_meta_entries", zipOf(t, "1.dat", "a", "1.meta", "A:1", "1.hdr", "A:2"), 406, 104, "meta", false},
 		{"binary_meta", zipOf(t, "1.dat", "a", "1.meta", "A:\x00"), 406, 104, "NUL", false},
 		{"meta_too_large", zipOf(t, "1.dat", "a", "1.meta", "A:"+strings.Repeat("v", 2000)), 413, 410, "maxMetaEntrySize", true},
+		// A directory entry is skipped, so one that holds bytes is
+		// refused rather than its data lost. (Go's writer will not put
+		// data in a name ending in '/': the name is patched in after.)
+		{"directory_with_data", renamed(t, zipOf(t, "1.dat", "a", "dirZ", "hidden"), "dirZ", "dir/"), 406, 104, `"dir/" names a directory`, false},
+		{"backslash_directory_with_data", zipOf(t, "1.dat", "a", `dir\`, "hidden"), 406, 104, "names a directory", false},
+		{"name_only_slashes", renamed(t, zipOf(t, "1.dat", "a", "Z@", ""), "Z@", "//"), 406, 104, "absolute", false},
+		{"name_only_backslash", zipOf(t, "1.dat", "a", `\`, ""), 406, 104, "absolute", false},
+		// Only the last directory of two joined zips is read: the first
+		// zip's entries would be lost.
+		{"two_zips_joined", append(zipOf(t, "1.dat", "first"), zipOf(t, "2.dat", "second")...), 500, 400, "two zips joined", false},
+		{"bytes_before_the_zip", append([]byte("JUNK"), zipOf(t, "1.dat", "x")...), 500, 400, "does not start with a zip entry", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -614,6 +625,16 @@ func TestDatafeedZipInvalid(t *testing.T) {
 			nothingStored(t, s)
 		})
 	}
+}
+
+// renamed replaces an entry's name in a zip, in its local header and its
+// directory entry, by another of the same length.
+func renamed(t testing.TB, zip []byte, from, to string) []byte {
+	t.Helper()
+	if len(from) != len(to) || bytes.Count(zip, []byte(from)) != 2 {
+		t.Fatalf("cannot rename %q to %q in this zip", from, to)
+	}
+	return bytes.ReplaceAll(zip, []byte(from), []byte(to))
 }
 
 // TestDatafeedZipEmpty: a zip without entries (or only directories) is 200

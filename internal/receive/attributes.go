@@ -3,6 +3,7 @@ package receive
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -200,17 +201,56 @@ func onlyKeepAliveOrClose(conn []string) bool {
 	return true
 }
 
-// requestAttributes builds a post's attributes: headers (first value),
-// then query parameters (which win), then GUID and the remote address when
+// repeated is an attribute weir reads that a post gives twice, in two
+// header lines or two query parameters, with different values: weir cannot
+// tell which the sender meant, and taking either silently could store the
+// data on the wrong feed.
+type repeated struct {
+	name, first, second string
+	query               bool
+}
+
+func (r *repeated) Error() string {
+	where := "header"
+	if r.query {
+		where = "query parameter"
+	}
+	return fmt.Sprintf("the %s %s is given twice with different values (%q and %q): send it once", where, r.name, r.first, r.second)
+}
+
+// requestAttributes builds a post's attributes: headers (a header on
+// several lines is one list, RFC 9110 5.3: its values joined with ", "),
+// then query parameters (which win; one given twice is joined likewise),
+// then GUID and the remote address when
 // no GUID was sent, then this hop's receipt information. Compression is
 // left in the map for the caller to read and remove. A header named in a
 // Connection header is hop-by-hop (RFC 9110 7.6.1): it is this connection's
 // business, not the data's, and is not stored (nor, so, forwarded by a
 // proxy), unless its name is in kept (connectionKept), which weir reads.
 // Connection names header fields only: a query parameter of such a name is
-// stored.
-func requestAttributes(r *http.Request, hop attr.Hop, kept map[string]bool) *attr.Map {
+// stored. A name in kept (one weir reads) given twice with different
+// values, in headers or in query parameters, is not joined: it is returned
+// as repeated, for the post to be refused.
+func requestAttributes(r *http.Request, hop attr.Hop, kept map[string]bool) (*attr.Map, *repeated) {
 	m := &attr.Map{}
+	var rep *repeated
+	// add puts name's value, joining it to one the same source (headers,
+	// or query parameters) gave already.
+	add := func(name, value string, seen bool, query bool) {
+		value = strings.TrimSpace(value)
+		if seen {
+			if old, ok := m.Get(name); ok && old != value {
+				if kept[attr.FoldName(name)] {
+					if rep == nil {
+						rep = &repeated{name: name, first: old, second: value, query: query}
+					}
+					return
+				}
+				value = old + ", " + value
+			}
+		}
+		m.Put(name, value)
+	}
 	conn := r.Header["Connection"]
 	if onlyKeepAliveOrClose(conn) {
 		conn = nil
@@ -229,8 +269,12 @@ func requestAttributes(r *http.Request, hop attr.Hop, kept map[string]bool) *att
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		if v := r.Header[name]; len(v) > 0 {
-			m.Put(attributeName(name), v[0])
+		key := attributeName(name)
+		// Two raw names can fold to one (Go canonicalises only names
+		// that are tokens): seen when an earlier one has put it.
+		_, seen := m.Get(key)
+		for i, v := range r.Header[name] {
+			add(key, v, seen || i > 0, false)
 		}
 	}
 	// Go's server moves the Host header out of r.Header into r.Host; it is
@@ -238,6 +282,7 @@ func requestAttributes(r *http.Request, hop attr.Hop, kept map[string]bool) *att
 	if r.Host != "" {
 		m.Put("Host", r.Host)
 	}
+	var fromQuery map[string]bool // folded names a query parameter put
 	for _, pair := range strings.Split(r.URL.RawQuery, "&") {
 		k, v, ok := strings.Cut(pair, "=")
 		if !ok {
@@ -252,10 +297,15 @@ func requestAttributes(r *http.Request, hop attr.Hop, kept map[string]bool) *att
 		if !attr.EqualName(k, "Feed") {
 			v = strings.ReplaceAll(v, "\x00", "\uFFFD")
 		}
-		if lower := attr.FoldName(k); notAttributes[lower] && lower != "compression" {
+		lower := attr.FoldName(k)
+		if notAttributes[lower] && lower != "compression" {
 			continue
 		}
-		m.Put(k, v)
+		if fromQuery == nil {
+			fromQuery = map[string]bool{}
+		}
+		add(k, v, fromQuery[lower], true)
+		fromQuery[lower] = true
 	}
 	m.Delete(keyDataReceiptRule) // this service's decision, not the sender's
 	if strings.TrimSpace(m.Value("GUID")) == "" {
@@ -270,7 +320,7 @@ func requestAttributes(r *http.Request, hop attr.Hop, kept map[string]bool) *att
 		}
 	}
 	attr.AddReceiptInfo(m, hop)
-	return m
+	return m, rep
 }
 
 // unescape decodes a query component; a malformed escape keeps the raw text

@@ -4,12 +4,33 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zlib"
 	"github.com/klauspost/compress/zstd"
 )
+
+// contentCodings is a request's Content-Encoding in lower case. A header on
+// several lines is one list (RFC 9110 5.3): "identity" and "gzip" on two
+// lines read as "identity, gzip", as on one line, and are refused alike,
+// rather than the first line being decoded and the rest stored still
+// compressed.
+func contentCodings(h http.Header) string {
+	vals := h.Values("Content-Encoding")
+	if len(vals) <= 1 {
+		return strings.ToLower(strings.TrimSpace(strings.Join(vals, "")))
+	}
+	parts := make([]string, 0, len(vals))
+	for _, v := range vals {
+		if v = strings.TrimSpace(v); v != "" {
+			parts = append(parts, strings.ToLower(v))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
 
 // decoderPools reuses gzip readers, whose buffers are the main cost of
 // starting one; the others are rare on the datafeed and made per post.

@@ -370,7 +370,12 @@ func (p *post) run() (outcome, error) {
 	if p.r.ProtoMajor == 1 && p.r.ProtoMinor == 0 && p.r.Header.Get("Content-Length") == "" {
 		return "", errorf(LengthRequired, "an HTTP/1.0 request must send Content-Length (or send it as HTTP/1.1, chunked)")
 	}
-	p.attrs = requestAttributes(p.r, attr.Hop{ReceiptID: p.receiptID, Time: p.received, Host: h.opt.Host}, h.readNames)
+	var rep *repeated
+	p.attrs, rep = requestAttributes(p.r, attr.Hop{ReceiptID: p.receiptID, Time: p.received, Host: h.opt.Host}, h.readNames)
+	if rep != nil {
+		p.feed, p.compression, p.typ = p.attrs.Value("Feed"), p.attrs.Value("Compression"), p.attrs.Value("Type")
+		return "", errorf(InvalidDataFormat, "%s", rep)
+	}
 	// The look-ups before the body is read (credentials, feed) share one
 	// bound on waiting for the database: one timer per post, not one per
 	// look-up.
@@ -394,7 +399,7 @@ func (p *post) run() (outcome, error) {
 	p.compression = p.attrs.Value("Compression")
 	p.attrs.Delete("Compression")
 	compression := strings.ToUpper(p.compression)
-	contentEncoding := strings.ToLower(strings.TrimSpace(p.r.Header.Get("Content-Encoding")))
+	contentEncoding := contentCodings(p.r.Header)
 	p.feed = p.attrs.Value("Feed")
 
 	// A trusted forwarder's post sent again is answered as the first

@@ -48,6 +48,27 @@ func (w *writeErr) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// emptyEntry reports whether a zip entry holds no data: its size says so,
+// and so does its content when it has compressed bytes (an empty deflate
+// stream has two), since a size is only what the zip claims.
+func emptyEntry(zf *zip.File) bool {
+	if zf.UncompressedSize64 > 0 {
+		return false
+	}
+	if zf.CompressedSize64 == 0 {
+		return true
+	}
+	rc, err := zf.Open()
+	if err != nil {
+		return false
+	}
+	defer rc.Close()
+	// io.EOF only when not a byte could be read (a corrupt entry is an
+	// error of its own, and counts as not empty).
+	_, err = io.ReadFull(rc, make([]byte, 1))
+	return err == io.EOF
+}
+
 // storeZip stores a body in the Stroom zip format. The body is staged to a
 // file first: a zip's directory is at its end, and reading it from a file
 // lets weir check the entry count and every part's feed before storing
@@ -121,9 +142,18 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 	if n := len(zr.File); n > h.cfg.MaxZipEntries {
 		return "", errorf(TooLarge, "the zip has %d entries, more than receive.maxZipEntries (%d)", n, h.cfg.MaxZipEntries)
 	}
+	if err := stroomzip.CheckStart(f, zr.File); err != nil {
+		return "", wrap(CompressedInvalid, err, "the body is not one whole zip file")
+	}
 	names := make([]string, len(zr.File))
 	for i, zf := range zr.File {
 		names[i] = zf.Name
+		// Groups skips directories: one that holds bytes is data that
+		// would be lost.
+		if stroomzip.IsDir(zf.Name) && !emptyEntry(zf) {
+			return "", errorf(InvalidDataFormat, "the zip breaks the Stroom zip format: zip entry %q names a directory (it ends in '/' or '\\') "+
+				"but holds data (%d bytes by the zip's directory): give the data a file name", zf.Name, zf.UncompressedSize64)
+		}
 	}
 	groups, err := stroomzip.Groups(names)
 	if err != nil {

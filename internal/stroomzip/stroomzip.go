@@ -15,6 +15,7 @@
 package stroomzip
 
 import (
+	"archive/zip"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -68,7 +69,8 @@ func formatErrorf(format string, a ...any) error {
 
 // Groups groups entry names into parts, in the order each group's first
 // entry appears. Directory entries (names ending in '/' or '\') are
-// skipped.
+// skipped, once their names are checked as any other's: the caller must
+// refuse one that holds data (IsDir), which would otherwise be lost.
 // Errors are *FormatError.
 func Groups(names []string) ([]Group, error) {
 	type classified struct {
@@ -79,11 +81,11 @@ func Groups(names []string) ([]Group, error) {
 	cls := make([]classified, len(names))
 	stems := make(map[string]bool) // stems of entries with a known extension
 	for i, name := range names {
-		if isDir(name) {
-			continue
-		}
 		if err := CheckName(name); err != nil {
 			return nil, err
+		}
+		if IsDir(name) {
+			continue
 		}
 		stem, ext := name, ""
 		if dot := strings.LastIndexByte(name, '.'); dot > strings.LastIndexAny(name, `/\`) {
@@ -101,7 +103,7 @@ func Groups(names []string) ([]Group, error) {
 	var groups []Group
 	index := make(map[string]int)
 	for i, name := range names {
-		if isDir(name) {
+		if IsDir(name) {
 			continue
 		}
 		c := cls[i]
@@ -132,7 +134,44 @@ func Groups(names []string) ([]Group, error) {
 	return groups, nil
 }
 
-func isDir(name string) bool { return strings.HasSuffix(name, "/") || strings.HasSuffix(name, `\`) }
+// IsDir reports whether an entry name names a directory: it ends in '/' or
+// '\'.
+func IsDir(name string) bool { return strings.HasSuffix(name, "/") || strings.HasSuffix(name, `\`) }
+
+// CheckStart checks that the zip read from r begins with an entry its
+// directory lists (files, as zip.Reader read them). Go's reader, like
+// unzip, takes anything before the entries the directory locates for a
+// prefix (a self-extractor's program) and ignores it; in a post that is
+// data: two zips joined into one body (only the last one's directory is
+// read, so the first one's entries would be lost without a word), or
+// bytes prepended to a zip.
+func CheckStart(r io.ReaderAt, files []*zip.File) error {
+	if len(files) == 0 {
+		return nil
+	}
+	var h [30]byte
+	start := int64(0)
+	if _, err := r.ReadAt(h[:4], 0); err != nil {
+		return fmt.Errorf("read the start of the zip: %w", err)
+	}
+	if binary.LittleEndian.Uint32(h[:]) == 0x08074b50 {
+		start = 4 // the marker a split archive of one segment starts with
+	}
+	if _, err := r.ReadAt(h[:], start); err != nil || binary.LittleEndian.Uint32(h[:]) != 0x04034b50 {
+		return errors.New("the body does not start with a zip entry: bytes before the zip's entries would be lost")
+	}
+	// Where the data of the entry at the start begins, by its own header.
+	want := start + int64(len(h)) + int64(binary.LittleEndian.Uint16(h[26:])) + int64(binary.LittleEndian.Uint16(h[28:]))
+	// Directories list their entries in the order they were written, so
+	// the first one is nearly always it; look at the rest only if not.
+	for _, f := range files {
+		if off, err := f.DataOffset(); err == nil && off == want {
+			return nil
+		}
+	}
+	return errors.New("the zip's directory does not list the entry at its start (two zips joined into one body?): " +
+		"its entries would be lost; send each zip in a post of its own")
+}
 
 // CheckName rejects entry names that could escape a directory they were
 // unpacked into, or that the format cannot represent. A '\' counts as a

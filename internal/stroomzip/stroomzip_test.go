@@ -166,7 +166,7 @@ func FuzzGroups(f *testing.F) {
 			}
 		}
 		for i, n := range names {
-			if !isDir(n) && !used[i] {
+			if !IsDir(n) && !used[i] {
 				t.Fatalf("entry %q not grouped", n)
 			}
 		}
