@@ -35,6 +35,8 @@ type Stream struct {
 	Attributes    map[string]string `json:"attributes"`
 }
 
+// ms formats a create or status time, of which 0 is none. (The effective
+// time is always set, 0 being 1970-01-01: it is formatted as it is.)
 func ms(v int64) string {
 	if v == 0 {
 		return ""
@@ -48,7 +50,7 @@ func toStream(s meta.Stream) Stream {
 		a[k] = v
 	}
 	return Stream{ID: s.ID, Feed: s.Feed, Type: s.Type, Status: string(s.Status), CreateTime: ms(s.CreateMs),
-		EffectiveTime: ms(s.EffectiveMs), StatusTime: ms(s.StatusMs), ReceiptID: s.ReceiptID, Parts: s.Parts,
+		EffectiveTime: attr.FormatTime(time.UnixMilli(s.EffectiveMs)), StatusTime: ms(s.StatusMs), ReceiptID: s.ReceiptID, Parts: s.Parts,
 		RawSize: s.RawSize, FileSize: s.FileSize, Attributes: a}
 }
 

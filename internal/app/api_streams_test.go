@@ -702,3 +702,39 @@ func admJSONRaw(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
 }
+
+// TestStreamsEpochEffectiveTime: an EffectiveTime of 0 (1970-01-01, which
+// reference data valid since ever is often given) is a time like any
+// other: shown, found by a time search, and not taken for none.
+func TestStreamsEpochEffectiveTime(t *testing.T) {
+	t.Parallel()
+	s := start(t, nil)
+	admin := user(t, s, "sxadmin", []string{access.Administrator}, nil)
+	epoch := post(t, s, []byte("ref"), "Feed", testFeed, "Type", "Raw Reference", "EffectiveTime", "0").ok(t)
+	later := post(t, s, []byte("ref"), "Feed", testFeed, "Type", "Raw Reference", "EffectiveTime", "1970-01-01T00:00:00.001Z").ok(t)
+	ids := map[string]int64{}
+	for name, receipt := range map[string]string{"epoch": epoch, "later": later} {
+		ids[name] = streamByReceipt(t, s, receipt).ID
+	}
+	var st struct {
+		EffectiveTime string `json:"effectiveTime"`
+	}
+	admin.do("GET", fmt.Sprintf("/streams/%d", ids["epoch"]), "").want(t, "get", 200, &st)
+	if st.EffectiveTime != "1970-01-01T00:00:00.000Z" {
+		t.Errorf("effectiveTime %q, want 1970-01-01T00:00:00.000Z", st.EffectiveTime)
+	}
+	expr := func(e string) string { return `{"expression":` + e + `}` }
+	for _, tc := range []struct {
+		body string
+		want []int64
+	}{
+		{expr(sxTerm("Effective Time", "LESS_THAN", "2000-01-01T00:00:00.000Z")), []int64{ids["epoch"], ids["later"]}},
+		{expr(sxTerm("Effective Time", "EQUALS", "1970-01-01T00:00:00.000Z")), []int64{ids["epoch"]}},
+		{expr(sxTerm("Effective Time", "IS_NULL", "")), []int64{}},
+		{expr(sxTerm("Effective Time", "IS_NOT_NULL", "")), []int64{ids["epoch"], ids["later"]}},
+	} {
+		if got := sxFind(t, admin, tc.body).ids(); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.body, got, tc.want)
+		}
+	}
+}

@@ -627,7 +627,7 @@ func (sf *streamFlags) list(ctx context.Context, repo *meta.Repo, out io.Writer)
 			if sf.json {
 				if err := enc.Encode(streamJSON{
 					ID: s.ID, Feed: s.Feed, Type: s.Type, Status: string(s.Status),
-					CreateTime: ms(s.CreateMs), EffectiveTime: ms(s.EffectiveMs), StatusTime: ms(s.StatusMs),
+					CreateTime: ms(s.CreateMs), EffectiveTime: attr.FormatTime(time.UnixMilli(s.EffectiveMs)), StatusTime: ms(s.StatusMs),
 					ReceiptID: s.ReceiptID, Node: s.Node, Parts: s.Parts, RawSize: s.RawSize,
 					FileSize: s.FileSize, Attributes: s.Attributes,
 				}); err != nil {

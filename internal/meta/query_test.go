@@ -165,13 +165,17 @@ func testFindFilters(t *testing.T, loc location) {
 		{tm("Create Time", "LESS_THAN_OR_EQUAL_TO", "2000"), []int{0, 1}},
 		{tm("Create Time", "BETWEEN", "1970-01-01T00:00:02.000Z,1970-01-01T00:00:04Z"), []int{1, 2, 3}},
 		{tm("Create Time", "IN", "1000,7000"), []int{0, 6}},
-		{tm("Effective Time", "IS_NULL", ""), []int{2}},
-		{tm("Effective Time", "IS_NOT_NULL", ""), []int{0, 1, 3, 4, 5, 6}},
-		{tm("Effective Time", "LESS_THAN", "3000"), []int{3, 5}},
+		// Every stream has an effective time; 0 is 1970-01-01, not none
+		// (stream 2's, as a sender may set for reference data valid
+		// since ever).
+		{tm("Effective Time", "IS_NULL", ""), []int{}},
+		{tm("Effective Time", "IS_NOT_NULL", ""), all},
+		{tm("Effective Time", "LESS_THAN", "3000"), []int{2, 3, 5}},
 		{tm("Effective Time", "GREATER_THAN_OR_EQUAL_TO", "5000"), []int{0, 6}},
 		{tm("Effective Time", "BETWEEN", "1000,4000"), []int{1, 3, 4, 5}},
-		{tm("Effective Time", "EQUALS", "0"), []int{}},
-		{tm("Effective Time", "NOT_EQUALS", "5000"), []int{1, 3, 4, 5, 6}},
+		{tm("Effective Time", "EQUALS", "0"), []int{2}},
+		{tm("Effective Time", "EQUALS", "1970-01-01T00:00:00.000Z"), []int{2}},
+		{tm("Effective Time", "NOT_EQUALS", "5000"), []int{1, 2, 3, 4, 5, 6}},
 		{tm("Status Time", "GREATER_THAN_OR_EQUAL_TO", start), []int{0, 1, 2, 3, 5, 6}},
 		{tm("Status Time", "LESS_THAN", start), []int{4}},
 		// Receipt Id ('' is none)

@@ -101,6 +101,11 @@ type field struct {
 	// emptyIsNull: the column's zero value ('' or 0) means "no value", so
 	// IS_NULL and IS_NOT_NULL apply and no other condition matches it.
 	emptyIsNull bool
+	// alwaysSet: every stream has a value (weir sets it at receipt), and
+	// the zero value is one like any other (0 is 1970-01-01). IS_NULL
+	// (matching nothing) and IS_NOT_NULL (everything) are still accepted,
+	// for queries written for the reference system, where it may be empty.
+	alwaysSet bool
 	// wildcard: EQUALS and NOT_EQUALS treat '*' in the value as "any
 	// characters", as the reference system does for feed names (and
 	// ParseAttributes for every attribute).
@@ -129,7 +134,7 @@ func lookupField(name string) (field, bool) {
 	case "create time":
 		return field{name: "Create Time", column: "create_ms", kind: kindDate}, true
 	case "effective time":
-		return field{name: "Effective Time", column: "effective_ms", kind: kindDate, emptyIsNull: true}, true
+		return field{name: "Effective Time", column: "effective_ms", kind: kindDate, alwaysSet: true}, true
 	case "status time":
 		return field{name: "Status Time", column: "status_ms", kind: kindDate}, true
 	case "receipt id":
@@ -162,7 +167,7 @@ func conditionsFor(f field) []Condition {
 		cs = append(cs, ordering...)
 		cs = append(cs, In, IsNull, IsNotNull)
 	}
-	if f.emptyIsNull {
+	if f.emptyIsNull || f.alwaysSet {
 		cs = append(cs, IsNull, IsNotNull)
 	}
 	return cs

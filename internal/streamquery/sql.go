@@ -236,6 +236,14 @@ func (b *builder) compare(t term, expr string, vk valueKind, num bool) {
 		b.w("length(", expr, ") >= ", b.param(n, pInt), " AND substr(", expr, ", length(", expr, ") - ",
 			b.param(n, pInt), " + 1) = ", val(0))
 	case IsNull, IsNotNull:
+		if t.f.alwaysSet {
+			if t.c == IsNull {
+				b.w("1 = 0")
+			} else {
+				b.w("1 = 1")
+			}
+			return
+		}
 		op := " = "
 		if t.c == IsNotNull {
 			op = " <> "
