@@ -612,6 +612,7 @@ func TestDatafeedZipInvalid(t *testing.T) {
 		// Only the last directory of two joined zips is read: the first
 		// zip's entries would be lost.
 		{"two_zips_joined", append(zipOf(t, "1.dat", "first"), zipOf(t, "2.dat", "second")...), 500, 400, "two zips joined", false},
+		{"encrypted_entry", encrypted(t, zipOf(t, "1.dat", "x")), 500, 400, "encrypted", false},
 		{"bytes_before_the_zip", append([]byte("JUNK"), zipOf(t, "1.dat", "x")...), 500, 400, "does not start with a zip entry", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -625,6 +626,28 @@ func TestDatafeedZipInvalid(t *testing.T) {
 			nothingStored(t, s)
 		})
 	}
+}
+
+// encrypted sets the encryption flag of every entry of a zip (in local
+// headers and directory), as a zip made with a password has it.
+func encrypted(t testing.TB, b []byte) []byte {
+	t.Helper()
+	b = bytes.Clone(b)
+	n := 0
+	for i := 0; i+8 <= len(b); i++ {
+		switch string(b[i : i+4]) {
+		case "PK\x03\x04":
+			b[i+6] |= 1
+			n++
+		case "PK\x01\x02":
+			b[i+8] |= 1
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("no zip headers found")
+	}
+	return b
 }
 
 // renamed replaces an entry's name in a zip, in its local header and its

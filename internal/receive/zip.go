@@ -148,6 +148,11 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 	names := make([]string, len(zr.File))
 	for i, zf := range zr.File {
 		names[i] = zf.Name
+		// Go's reader reads an encrypted entry's ciphertext as if it were
+		// the data, and fails on it with a misleading "corrupt".
+		if zf.Flags&0x1 != 0 {
+			return "", errorf(CompressedInvalid, "zip entry %q is encrypted: weir reads no encrypted zips; send the zip without a password", zf.Name)
+		}
 		// Groups skips directories: one that holds bytes is data that
 		// would be lost.
 		if stroomzip.IsDir(zf.Name) && !emptyEntry(zf) {
