@@ -118,7 +118,7 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 	s := &server{Deps: d, slots: make(chan struct{}, max(d.Config.API.MaxConcurrentRequests, 1)),
 		downloads: make(chan struct{}, max(d.Config.API.MaxConcurrentDownloads, 1))}
 	s.api = humago.NewWithPrefix(mux, "/api", cfg)
-	s.api.UseMiddleware(s.headerLimit, s.refuseJSONPatch, s.limit, s.boundDatabase, s.authenticate)
+	s.api.UseMiddleware(s.headerLimit, canonicalJSONType, s.refuseJSONPatch, s.limit, s.boundDatabase, s.authenticate)
 	s.registerAccount()
 	s.registerFeeds()
 	s.registerFeedStatus()
@@ -155,6 +155,59 @@ func (s *server) headerLimit(ctx huma.Context, next func(huma.Context)) {
 	}
 	next(ctx)
 }
+
+// canonicalJSONType shows huma the Content-Type of a JSON request body in
+// its canonical form: huma picks the body's decoder by the bytes before the
+// first ';' (after a '+'), compared exactly, so Application/JSON,
+// "application/json ; charset=utf-8" or application/merge-patch+JSON got
+// 415, although media type names are case-insensitive and whitespace may
+// surround the ';' (RFC 9110 §8.3.1, §5.6.6). A JSON type (application/json
+// or a +json one) is given as its lowercase type and subtype alone: JSON
+// defines no parameters (RFC 8259 §11), huma reads none, and a '+' in a
+// parameter's value would make huma's parse fail. Any other Content-Type,
+// and one that does not parse, is left as sent, so that huma refuses it
+// naming what was sent (415); the request itself is not changed.
+func canonicalJSONType(ctx huma.Context, next func(huma.Context)) {
+	if op := ctx.Operation(); op != nil && op.RequestBody != nil {
+		sent := ctx.Header("Content-Type")
+		if mt, _, err := mime.ParseMediaType(sent); err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")) {
+			if canon := mime.FormatMediaType(mt, nil); canon != "" && canon != sent {
+				ctx = contentTypeContext{humaContext: ctx, contentType: canon}
+			}
+		}
+	}
+	next(ctx)
+}
+
+// contentTypeContext is a huma context whose request has another
+// Content-Type (see canonicalJSONType).
+type contentTypeContext struct {
+	humaContext
+	contentType string
+}
+
+// humaContext names huma.Context for embedding: embedded as itself, its
+// field would be named Context, as is one of its methods.
+type humaContext = huma.Context
+
+func (c contentTypeContext) Header(name string) string {
+	if http.CanonicalHeaderKey(name) == "Content-Type" {
+		return c.contentType
+	}
+	return c.humaContext.Header(name)
+}
+
+func (c contentTypeContext) EachHeader(cb func(name, value string)) {
+	c.humaContext.EachHeader(func(name, value string) {
+		if http.CanonicalHeaderKey(name) == "Content-Type" {
+			value = c.contentType
+		}
+		cb(name, value)
+	})
+}
+
+// Unwrap lets humago.Unwrap reach the request and its writer.
+func (c contentTypeContext) Unwrap() huma.Context { return c.humaContext }
 
 // refuseJSONPatch answers 415 to a body sent as a JSON Patch (RFC 6902),
 // which huma would otherwise decode as JSON like any +json type and refuse
@@ -344,6 +397,16 @@ func (s *server) authenticate(ctx huma.Context, next func(huma.Context)) {
 }
 
 func (s *server) principal(ctx context.Context, header string) (*access.Principal, error) {
+	if scheme := auth.ForeignScheme(header); scheme != "" {
+		// "Basic ..." would otherwise be judged as an API key or a token,
+		// and refused as a malformed one: say what the API takes instead.
+		accepts := []string{"an API key (sak_...)"}
+		if s.Tokens != nil {
+			accepts = append(accepts, "an OIDC access token of a weir user")
+		}
+		return nil, &auth.Failure{Code: auth.TokenFailed, Detail: auth.UnsupportedScheme(scheme, accepts, ""),
+			Err: &auth.SchemeError{Scheme: scheme}}
+	}
 	raw := strings.TrimSpace(header)
 	if len(raw) > 7 && strings.EqualFold(raw[:7], "bearer ") {
 		raw = strings.TrimSpace(raw[7:])

@@ -333,9 +333,7 @@ func (s *server) streamData(ctx context.Context, in *dataInput) (*huma.StreamRes
 	// within it, so Content-Range speaks of the selection.
 	if in.Offset > all.size {
 		r.Close()
-		return nil, huma.ErrorWithHeaders(
-			huma.NewError(http.StatusRequestedRangeNotSatisfiable, fmt.Sprintf("offset %d is beyond the end (%d bytes)", in.Offset, all.size)),
-			http.Header{"Content-Range": {fmt.Sprintf("bytes */%d", all.size)}})
+		return nil, bytesPastTheEnd(in.Offset, selectionName(st.ID, in.Part, in.Child), all.size)
 	}
 	selSize := all.size - in.Offset
 	if in.Length > 0 && in.Length < selSize {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -67,8 +68,10 @@ func (s *server) registerStreamText() {
 		Description: "A character range of one part (or of its Context or Meta Data child) decoded with the feed's encoding, " +
 			"honouring a byte-order mark, or a byte range as a hex dump. Data that is not text (compressed, binary, or not " +
 			"valid in its encoding) is reported in nonText with the reason instead of being shown as text; hex mode always works. " +
-			"Character offsets count Unicode code points. Needs Data - View and VIEW on the feed; only UNLOCKED streams can be read.",
-		Errors: []int{http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity},
+			"Character offsets count Unicode code points. An offset past the end of the part (in characters, or bytes in hex mode) " +
+			"is 416, saying how long the part is; an offset at its end returns nothing. " +
+			"Needs Data - View and VIEW on the feed; only UNLOCKED streams can be read.",
+		Errors: []int{http.StatusNotFound, http.StatusConflict, http.StatusRequestedRangeNotSatisfiable, http.StatusUnprocessableEntity},
 	}), s.streamText)
 }
 
@@ -139,17 +142,32 @@ func (s *server) streamText(ctx context.Context, in *textInput) (*textOutput, er
 		view.NonText = &NonText{Reason: reason}
 	}
 
+	// An offset past the end of the part is 416 in every mode, as for
+	// /data, saying how long the part is; an offset at its end answers
+	// nothing (length 0), so that paging ends without an error.
+	what := selectionName(st.ID, in.Part, in.Child)
 	if in.Mode == "hex" {
-		from := min(in.Offset, size)
-		b := make([]byte, min(length, size-from))
-		if _, err := sec.ReadAt(b, from); err != nil && !errors.Is(err, io.EOF) {
+		if in.Offset > size {
+			return nil, bytesPastTheEnd(in.Offset, what, size)
+		}
+		b := make([]byte, min(length, size-in.Offset))
+		if _, err := sec.ReadAt(b, in.Offset); err != nil && !errors.Is(err, io.EOF) {
 			return nil, s.streamUnreadable(st.ID, "read stream", err)
 		}
-		view.Text, view.Offset, view.Length = hexDump(b, from), from, int64(len(b))
+		view.Text, view.Offset, view.Length = hexDump(b, in.Offset), in.Offset, int64(len(b))
 		return &textOutput{Body: view}, nil
+	}
+	afterBOM := ""
+	if hasBOM {
+		afterBOM = "(after its " + bomCS.name + " byte-order mark)"
 	}
 	view.Offset = in.Offset
 	if view.NonText != nil {
+		// Its characters cannot be counted, but there are no more of them
+		// than bytes.
+		if body := size - int64(bomLen); in.Offset > body {
+			return nil, pastTheEnd(in.Offset, what, body, "bytes", strings.TrimSpace(afterBOM+" and is not text (offset 0 says why)"))
+		}
 		return &textOutput{Body: view}, nil
 	}
 	tr, err := readTextRange(ctx, sec, int64(bomLen), size, cs, in.Offset, length)
@@ -159,8 +177,49 @@ func (s *server) streamText(ctx context.Context, in *textInput) (*textOutput, er
 	if err != nil {
 		return nil, s.streamUnreadable(st.ID, "decode stream", err)
 	}
+	// Decoding stops at the end of the part, so a range that starts past
+	// it has counted every character: the total is exact.
+	if tr.exact && in.Offset > tr.total {
+		return nil, pastTheEnd(in.Offset, what, tr.total, "characters", afterBOM)
+	}
 	view.Text, view.Length, view.TotalChars, view.TotalCharsExact = tr.text, tr.chars, &tr.total, tr.exact
 	return &textOutput{Body: view}, nil
+}
+
+// selectionName names what a view or a download of a stream reads, for
+// messages: "part 2 of stream 7", "the Context of part 2 of stream 7", or
+// for every part (part 0) "the data of stream 7 (all its parts)".
+func selectionName(id int64, part int, child string) string {
+	switch {
+	case part > 0 && child == "":
+		return fmt.Sprintf("part %d of stream %d", part, id)
+	case part > 0:
+		return fmt.Sprintf("the %s of part %d of stream %d", child, part, id)
+	case child == "":
+		return fmt.Sprintf("the data of stream %d (all its parts)", id)
+	}
+	return fmt.Sprintf("the %s of stream %d (all its parts)", child, id)
+}
+
+// pastTheEnd is the 416 for an offset past the end of what, which is
+// length units ("bytes", "characters") long; note adds to that ("(after
+// its UTF-8 byte-order mark)"). An offset at the end is not past it.
+func pastTheEnd(offset int64, what string, length int64, unit, note string) error {
+	if note != "" {
+		note = " " + note
+	}
+	if length == 1 {
+		unit = strings.TrimSuffix(unit, "s")
+	}
+	return huma.NewError(http.StatusRequestedRangeNotSatisfiable, fmt.Sprintf(
+		"offset %d is past the end of %s, which is %d %s long%s: the offset can be at most %d", offset, what, length, unit, note, length))
+}
+
+// bytesPastTheEnd is pastTheEnd for a byte offset, with the Content-Range
+// that RFC 9110 §15.5.17 has a 416 to a byte range carry: bytes */length.
+func bytesPastTheEnd(offset int64, what string, length int64) error {
+	return huma.ErrorWithHeaders(pastTheEnd(offset, what, length, "bytes", ""),
+		http.Header{"Content-Range": {fmt.Sprintf("bytes */%d", length)}})
 }
 
 // encodingOf is the configured encoding of a channel of the feed's streams:

@@ -2693,7 +2693,7 @@ type ClientInterface interface {
 
 	// GetStreamText View stream data as text or hex
 	//
-	// A character range of one part (or of its Context or Meta Data child) decoded with the feed's encoding, honouring a byte-order mark, or a byte range as a hex dump. Data that is not text (compressed, binary, or not valid in its encoding) is reported in nonText with the reason instead of being shown as text; hex mode always works. Character offsets count Unicode code points. Needs Data - View and VIEW on the feed; only UNLOCKED streams can be read.
+	// A character range of one part (or of its Context or Meta Data child) decoded with the feed's encoding, honouring a byte-order mark, or a byte range as a hex dump. Data that is not text (compressed, binary, or not valid in its encoding) is reported in nonText with the reason instead of being shown as text; hex mode always works. Character offsets count Unicode code points. An offset past the end of the part (in characters, or bytes in hex mode) is 416, saying how long the part is; an offset at its end returns nothing. Needs Data - View and VIEW on the feed; only UNLOCKED streams can be read.
 	//
 	// Corresponds with GET /streams/{id}/text (the `GetStreamText` operationId).
 	GetStreamText(ctx context.Context, id int64, params *GetStreamTextParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3840,7 +3840,7 @@ func (c *Client) GetStreamData(ctx context.Context, id int64, params *GetStreamD
 
 // GetStreamText View stream data as text or hex
 //
-// A character range of one part (or of its Context or Meta Data child) decoded with the feed's encoding, honouring a byte-order mark, or a byte range as a hex dump. Data that is not text (compressed, binary, or not valid in its encoding) is reported in nonText with the reason instead of being shown as text; hex mode always works. Character offsets count Unicode code points. Needs Data - View and VIEW on the feed; only UNLOCKED streams can be read.
+// A character range of one part (or of its Context or Meta Data child) decoded with the feed's encoding, honouring a byte-order mark, or a byte range as a hex dump. Data that is not text (compressed, binary, or not valid in its encoding) is reported in nonText with the reason instead of being shown as text; hex mode always works. Character offsets count Unicode code points. An offset past the end of the part (in characters, or bytes in hex mode) is 416, saying how long the part is; an offset at its end returns nothing. Needs Data - View and VIEW on the feed; only UNLOCKED streams can be read.
 //
 // Corresponds with GET /streams/{id}/text (the `GetStreamText` operationId).
 func (c *Client) GetStreamText(ctx context.Context, id int64, params *GetStreamTextParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7341,7 +7341,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetStreamTextWithResponse View stream data as text or hex
 	//
-	// A character range of one part (or of its Context or Meta Data child) decoded with the feed's encoding, honouring a byte-order mark, or a byte range as a hex dump. Data that is not text (compressed, binary, or not valid in its encoding) is reported in nonText with the reason instead of being shown as text; hex mode always works. Character offsets count Unicode code points. Needs Data - View and VIEW on the feed; only UNLOCKED streams can be read.
+	// A character range of one part (or of its Context or Meta Data child) decoded with the feed's encoding, honouring a byte-order mark, or a byte range as a hex dump. Data that is not text (compressed, binary, or not valid in its encoding) is reported in nonText with the reason instead of being shown as text; hex mode always works. Character offsets count Unicode code points. An offset past the end of the part (in characters, or bytes in hex mode) is 416, saying how long the part is; an offset at its end returns nothing. Needs Data - View and VIEW on the feed; only UNLOCKED streams can be read.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11463,6 +11463,8 @@ type GetStreamTextResponse struct {
 	ApplicationproblemJSON404 *ErrorModel
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON416 the response for an HTTP 416 `application/problem+json` response
+	ApplicationproblemJSON416 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
@@ -11498,6 +11500,11 @@ func (r GetStreamTextResponse) GetApplicationproblemJSON404() *ErrorModel {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r GetStreamTextResponse) GetApplicationproblemJSON409() *ErrorModel {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON416 returns the response for an HTTP 416 `application/problem+json` response
+func (r GetStreamTextResponse) GetApplicationproblemJSON416() *ErrorModel {
+	return r.ApplicationproblemJSON416
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -13578,7 +13585,7 @@ func (c *ClientWithResponses) GetStreamDataWithResponse(ctx context.Context, id 
 
 // GetStreamTextWithResponse View stream data as text or hex
 //
-// A character range of one part (or of its Context or Meta Data child) decoded with the feed's encoding, honouring a byte-order mark, or a byte range as a hex dump. Data that is not text (compressed, binary, or not valid in its encoding) is reported in nonText with the reason instead of being shown as text; hex mode always works. Character offsets count Unicode code points. Needs Data - View and VIEW on the feed; only UNLOCKED streams can be read.
+// A character range of one part (or of its Context or Meta Data child) decoded with the feed's encoding, honouring a byte-order mark, or a byte range as a hex dump. Data that is not text (compressed, binary, or not valid in its encoding) is reported in nonText with the reason instead of being shown as text; hex mode always works. Character offsets count Unicode code points. An offset past the end of the part (in characters, or bytes in hex mode) is 416, saying how long the part is; an offset at its end returns nothing. Needs Data - View and VIEW on the feed; only UNLOCKED streams can be read.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -17756,6 +17763,13 @@ func ParseGetStreamTextResponse(rsp *http.Response) (*GetStreamTextResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 416:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON416 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest ErrorModel

@@ -7,6 +7,7 @@ package auth
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -80,6 +81,69 @@ func (r *Request) Authorization() string {
 		v = strings.TrimSpace(v[7:])
 	}
 	return v
+}
+
+// ForeignScheme is the authentication scheme an Authorization header value
+// names when it is not Bearer, as sent ("Basic" for "Basic dXNlcjpwYXNz"),
+// else "". weir takes bearer credentials only (a data feed key, an API key,
+// an OIDC token), with or without the "Bearer " prefix, so a value without
+// a scheme is "" too. A scheme is the first word of a value that has more
+// (RFC 9110 §11.4), or a registered scheme name sent alone ("Negotiate").
+// A first word that cannot be a scheme name (it is long, or has characters
+// other than letters, digits and '-': a key or a token) is not taken for
+// one, so that a message naming the scheme never quotes a credential.
+func ForeignScheme(header string) string {
+	v := strings.TrimSpace(header)
+	word, _, more := strings.Cut(v, " ")
+	if w, _, tab := strings.Cut(word, "\t"); tab {
+		word, more = w, true
+	}
+	if !more && !slices.ContainsFunc(registeredSchemes, func(s string) bool { return strings.EqualFold(s, word) }) {
+		return ""
+	}
+	if !schemeName(word) || strings.EqualFold(word, "bearer") {
+		return ""
+	}
+	return word
+}
+
+// registeredSchemes are the names in IANA's HTTP Authentication Scheme
+// Registry, and NTLM: a value that is only one of them is a scheme without
+// credentials, not a bearer credential.
+var registeredSchemes = []string{"Basic", "Bearer", "Concealed", "Digest", "DPoP", "GNAP", "HOBA", "Mutual",
+	"Negotiate", "NTLM", "OAuth", "PrivateToken", "SCRAM-SHA-1", "SCRAM-SHA-256", "vapid"}
+
+// schemeName reports whether s looks like an authentication scheme's name:
+// a letter, then at most 31 letters, digits or '-'.
+func schemeName(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for i, c := range []byte(s) {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case i > 0 && ('0' <= c && c <= '9' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// SchemeError is the cause of a Failure for an Authorization header of a
+// scheme other than Bearer (see ForeignScheme). A Chain that gets such a
+// failure says what it accepts instead.
+type SchemeError struct{ Scheme string }
+
+func (e *SchemeError) Error() string {
+	return "the Authorization header's scheme is " + e.Scheme + ", not Bearer"
+}
+
+// Describer is an Authenticator that says which bearer credentials it
+// takes, for the messages that tell a sender what to send instead of the
+// scheme it used: "an API key (sak_...)", "an OIDC access token".
+type Describer interface {
+	Accepts() []string
 }
 
 // Authenticator recognises one kind of credential.
@@ -205,10 +269,21 @@ func NewChain(required bool, enabled []Type, auths map[Type]Authenticator) (*Cha
 func (c *Chain) Required() bool { return c.required }
 
 // Authenticate returns the post's identity, or a *Failure.
+//
+// An Authorization header of another scheme than Bearer ("Basic ...") fails
+// with the code it always did (the token authenticator's 311 when TOKEN is
+// enabled, else the 30x of a missing credential), but the message names the
+// scheme and says what this chain takes instead: the authenticator's own
+// could only say that the value is no valid token or that none was sent.
 func (c *Chain) Authenticate(ctx context.Context, r *Request) (*Identity, error) {
 	for _, t := range c.enabled {
 		id, err := c.auths[t].Authenticate(ctx, r)
 		if err != nil {
+			var f *Failure
+			var se *SchemeError
+			if errors.As(err, &f) && errors.As(err, &se) {
+				return nil, &Failure{Code: f.Code, Detail: c.schemeDetail(se.Scheme), Err: f.Err}
+			}
 			return nil, err
 		}
 		if id != nil {
@@ -219,7 +294,58 @@ func (c *Chain) Authenticate(ctx context.Context, r *Request) (*Identity, error)
 	if !c.required {
 		return &Identity{SubjectID: Unauthenticated, DisplayName: Unauthenticated}, nil
 	}
-	return nil, c.missing()
+	f := c.missing()
+	if r != nil && r.HTTP != nil {
+		if scheme := ForeignScheme(r.HTTP.Header.Get("Authorization")); scheme != "" {
+			f.Detail, f.Err = c.schemeDetail(scheme), &SchemeError{Scheme: scheme}
+		}
+	}
+	return nil, f
+}
+
+// schemeDetail is the message for an Authorization header of a scheme that
+// is not Bearer: which credentials the enabled types take instead.
+func (c *Chain) schemeDetail(scheme string) string {
+	var bearer []string
+	cert := ""
+	for _, t := range c.enabled {
+		switch t {
+		case DataFeedKey:
+			bearer = append(bearer, "a data feed key (sdk_...)")
+		case Token:
+			what := []string{"a token"}
+			if d, ok := c.auths[t].(Describer); ok && len(d.Accepts()) > 0 {
+				what = d.Accepts()
+			}
+			bearer = append(bearer, what...)
+		case CertificateIdentity:
+			cert = "connect with a client certificate that is a certificate identity, and name its account in the " + c.ownerHeader + " header"
+		case Certificate:
+			cert = "connect with a client certificate" // any verified one: it covers a certificate identity's
+		}
+	}
+	return UnsupportedScheme(scheme, bearer, cert)
+}
+
+// UnsupportedScheme is the message for an Authorization header of a scheme
+// weir does not take (see ForeignScheme), saying what to send instead: the
+// bearer credentials taken ("a data feed key (sdk_...)", ...) and, if not
+// "", another way ("connect with a client certificate").
+func UnsupportedScheme(scheme string, bearer []string, otherwise string) string {
+	msg := scheme + " credentials are not supported"
+	sep := ": "
+	if n := len(bearer); n > 0 {
+		list := bearer[0]
+		if n > 1 {
+			list = strings.Join(bearer[:n-1], ", ") + " or " + bearer[n-1]
+		}
+		msg += sep + "send " + list + " in the Authorization header, as Bearer <credential>"
+		sep = ", or "
+	}
+	if otherwise != "" {
+		msg += sep + otherwise
+	}
+	return msg
 }
 
 // missing is the failure for a post that presented no usable credential:

@@ -149,3 +149,128 @@ func TestCheckSecretFile(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestForeignScheme(t *testing.T) {
+	for in, want := range map[string]string{
+		"Basic dXNlcjpwYXNz":      "Basic",
+		"  basic   dXNlcjpwYXNz ": "basic",
+		"Basic\tdXNlcjpwYXNz":     "Basic",
+		"Digest username=\"a\"":   "Digest",
+		"AWS4-HMAC-SHA256 Cred=x": "AWS4-HMAC-SHA256",
+		"Token abc":               "Token",
+		"Negotiate":               "Negotiate",
+		"NTLM":                    "NTLM",
+		"basic":                   "basic",
+		// Bearer, or no scheme at all: weir's own.
+		"Bearer sak_x":                  "",
+		"bearer x":                      "",
+		"BEARER":                        "",
+		"Bearer Basic x":                "",
+		"sak_0123_abc":                  "",
+		"sdk_abc":                       "",
+		"eyJhbGciOiJSUzI1NiJ9.e30.c2ln": "",
+		"":                              "",
+		"   ":                           "",
+		"Token":                         "", // one word that is no registered scheme: a credential
+		// A first word that cannot be a scheme's name is not quoted.
+		"sdk_abc def":                        "",
+		"eyJhbGciOiJSUzI1NiJ9.e30.c2ln more": "",
+		"0Basic x":                           "",
+		"Basic!x y":                          "",
+		strings.Repeat("A", 33) + " x":       "",
+	} {
+		if got := ForeignScheme(in); got != want {
+			t.Errorf("ForeignScheme(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// schemeToken is a token authenticator as token.Authenticator is one for
+// a header of another scheme: it fails it with a SchemeError.
+type schemeToken struct{ accepts []string }
+
+func (s schemeToken) Authenticate(_ context.Context, r *Request) (*Identity, error) {
+	if scheme := ForeignScheme(r.HTTP.Header.Get("Authorization")); scheme != "" {
+		return nil, &Failure{Code: TokenFailed, Detail: "only the token's", Err: &SchemeError{Scheme: scheme}}
+	}
+	return nil, nil
+}
+
+func (s schemeToken) Accepts() []string { return s.accepts }
+
+// TestChainUnsupportedScheme: an Authorization header of a scheme that is
+// not Bearer fails with the code it always did, and a message that names
+// the scheme and says what the enabled types take instead.
+func TestChainUnsupportedScheme(t *testing.T) {
+	auths := map[Type]Authenticator{
+		DataFeedKey: fakes[DataFeedKey], CertificateIdentity: fakes[CertificateIdentity],
+		Token: schemeToken{accepts: []string{"an API key (sak_...)", "an OIDC access token"}}, Certificate: fakes[Certificate],
+	}
+	const (
+		dfk   = "a data feed key (sdk_...)"
+		token = "an API key (sak_...) or an OIDC access token"
+		bear  = " in the Authorization header, as Bearer <credential>"
+	)
+	tests := []struct {
+		name     string
+		required bool
+		enabled  []Type
+		header   string
+		code     int
+		message  string
+	}{
+		{"default types", true, []Type{DataFeedKey, Token, Certificate}, "Basic dXNlcjpwYXNz", TokenFailed,
+			"Basic credentials are not supported: send " + dfk + ", an API key (sak_...) or an OIDC access token" + bear + ", or connect with a client certificate"},
+		{"token only", true, []Type{Token}, "Digest username=\"x\"", TokenFailed,
+			"Digest credentials are not supported: send " + token + bear},
+		{"token, not required", false, []Type{Token}, "Basic x", TokenFailed,
+			"Basic credentials are not supported: send " + token + bear},
+		{"data feed key only", true, []Type{DataFeedKey}, "Basic x", DataFeedKeyRequired,
+			"Basic credentials are not supported: send " + dfk + bear},
+		{"certificate only", true, []Type{Certificate}, "Negotiate", CertificateRequired,
+			"Negotiate credentials are not supported: connect with a client certificate"},
+		{"certificate identity only", true, []Type{CertificateIdentity}, "Basic x", CertificateRequired,
+			"Basic credentials are not supported: connect with a client certificate that is a certificate identity, and name its account in the AccountId header"},
+		{"data feed key and certificate", true, []Type{DataFeedKey, Certificate}, "Basic x", AuthenticationRequired,
+			"Basic credentials are not supported: send " + dfk + bear + ", or connect with a client certificate"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := NewChain(tc.required, tc.enabled, auths)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := request()
+			r.HTTP.Header.Set("Authorization", tc.header)
+			id, err := c.Authenticate(context.Background(), r)
+			var f *Failure
+			var se *SchemeError
+			if !errors.As(err, &f) || f.Code != tc.code || f.Detail != tc.message || !errors.As(err, &se) {
+				t.Fatalf("got %v, %v; want failure %d: %q", id, err, tc.code, tc.message)
+			}
+		})
+	}
+
+	// A credential of another kind that authenticates is not refused for
+	// the header: a certificate identity is tried before the token.
+	c, err := NewChain(true, Order, auths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := request("CERTIFICATE_IDENTITY=ok")
+	r.HTTP.Header.Set("Authorization", "Basic x")
+	if id, err := c.Authenticate(context.Background(), r); err != nil || id.SubjectID != "CERTIFICATE_IDENTITY-user" {
+		t.Fatalf("certificate identity with a Basic header: %v, %v", id, err)
+	}
+	// Nor is a post without credentials when none are required and no
+	// enabled type takes the header.
+	c, err = NewChain(false, []Type{DataFeedKey}, auths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = request()
+	r.HTTP.Header.Set("Authorization", "Basic x")
+	if id, err := c.Authenticate(context.Background(), r); err != nil || id.SubjectID != Unauthenticated {
+		t.Fatalf("not required, Basic header: %v, %v", id, err)
+	}
+}

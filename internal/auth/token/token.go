@@ -175,9 +175,17 @@ func defaultClient() *http.Client {
 
 // Verify checks a raw bearer credential (no "Bearer " prefix needed, though
 // one is tolerated): sak_... is an API key, anything else must be a JWT from
-// the OIDC issuer. Errors are *auth.Failure with code 311.
+// the OIDC issuer. A value of another scheme ("Basic ...") fails naming it.
+// Errors are *auth.Failure with code 311.
 func (a *Authenticator) Verify(ctx context.Context, raw string) (*auth.Identity, error) {
-	raw = bearerValue(raw)
+	if scheme := auth.ForeignScheme(raw); scheme != "" {
+		return nil, a.schemeFailure(scheme)
+	}
+	return a.verify(ctx, bearerValue(raw))
+}
+
+// verify checks a bearer credential without its "Bearer " prefix.
+func (a *Authenticator) verify(ctx context.Context, raw string) (*auth.Identity, error) {
 	switch {
 	case raw == "":
 		return nil, fail("no token was sent", nil, "")
@@ -203,7 +211,31 @@ func (a *Authenticator) Authenticate(ctx context.Context, r *auth.Request) (*aut
 	if v == "" || strings.HasPrefix(v, dataFeedKeyPrefix) {
 		return nil, nil
 	}
-	return a.Verify(ctx, v)
+	// Judged on the header as sent: "Bearer Basic x" is a bearer token.
+	if scheme := auth.ForeignScheme(r.HTTP.Header.Get("Authorization")); scheme != "" {
+		return nil, a.schemeFailure(scheme)
+	}
+	return a.verify(ctx, v)
+}
+
+// Accepts says which bearer credentials the authenticator takes (see
+// auth.Describer).
+func (a *Authenticator) Accepts() []string {
+	var out []string
+	if a.apiKeys != nil {
+		out = append(out, "an API key (sak_...)")
+	}
+	if a.issuer != nil {
+		out = append(out, "an OIDC access token")
+	}
+	return out
+}
+
+// schemeFailure is the failure for an Authorization header of a scheme
+// other than Bearer ("Basic ..."): it names the scheme and says what the
+// authenticator takes. A Chain says what all its authenticators take.
+func (a *Authenticator) schemeFailure(scheme string) *auth.Failure {
+	return fail(auth.UnsupportedScheme(scheme, a.Accepts(), ""), &auth.SchemeError{Scheme: scheme}, "")
 }
 
 // Close stops any discovery in progress and releases idle connections of the

@@ -678,3 +678,55 @@ func swapPayload(t *testing.T, tok string, claims map[string]any) string {
 	parts := strings.Split(tok, ".")
 	return parts[0] + "." + b64(string(mustJSON(t, claims))) + "." + parts[2]
 }
+
+// TestOtherScheme: an Authorization header of a scheme other than Bearer
+// ("Basic ...") is refused (311, as before) with a message that names the
+// scheme and says what is taken, never "OIDC tokens are not accepted"
+// (which sent senders looking for an issuer), and without quoting the
+// credential. The issuer is never asked.
+func TestOtherScheme(t *testing.T) {
+	ti := newTestIssuer(t, ecKey(t, "k1"))
+	keys := fakeAPIKeys{"sak_good": {SubjectID: "u-42", DisplayName: "bob"}}
+	const bearer = " in the Authorization header, as Bearer <credential>"
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"API keys only", Options{APIKeys: keys}, "an API key (sak_...)"},
+		{"OIDC only", Options{OIDC: oidcConfig(ti.url())}, "an OIDC access token"},
+		{"both", Options{APIKeys: keys, OIDC: oidcConfig(ti.url())}, "an API key (sak_...) or an OIDC access token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newTest(t, tc.o, nil)
+			ctx := context.Background()
+			for _, h := range []string{"Basic dXNlcjpwYXNz", "basic  dXNlcjpwYXNz", "Basic sdk_notakey", "Negotiate"} {
+				scheme, _, _ := strings.Cut(h, " ")
+				want := scheme + " credentials are not supported: send " + tc.want + bearer
+				_, err := a.Authenticate(ctx, request(h))
+				f := failure(t, err, want)
+				var se *auth.SchemeError
+				if !errors.As(f, &se) || se.Scheme != scheme {
+					t.Errorf("Authenticate %q: cause %v, want a SchemeError", h, f.Err)
+				}
+				if strings.Contains(f.Error(), "dXNlcjpwYXNz") {
+					t.Errorf("Authenticate %q: the failure quotes the credential: %v", h, f)
+				}
+				_, err = a.Verify(ctx, h)
+				failure(t, err, want)
+			}
+			// A bearer credential is judged as before.
+			if _, err := a.Authenticate(ctx, request("Bearer Basic dXNlcjpwYXNz")); err == nil || strings.Contains(err.Error(), "not supported") {
+				t.Errorf("Bearer Basic ...: %v", err)
+			}
+			if tc.o.APIKeys != nil {
+				if id, err := a.Authenticate(ctx, request("Bearer sak_good")); err != nil || id.SubjectID != "u-42" {
+					t.Errorf("good key: (%+v, %v)", id, err)
+				}
+			}
+		})
+	}
+	if n := ti.discoveryHits.Load(); n != 0 {
+		t.Errorf("another scheme caused %d discoveries", n)
+	}
+}
