@@ -48,6 +48,12 @@ func (w *writeErr) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// maxDirEntryBytes is the most directory bytes an entry is allowed on
+// average: a header (46), a name up to stroomzip.MaxNameLength, and 2 KiB of
+// extra fields and comment, far more than any zip tool writes (Info-ZIP's
+// extra fields take 28 bytes, a comment usually none).
+const maxDirEntryBytes = 46 + stroomzip.MaxNameLength + 2<<10
+
 // emptyEntry reports whether a zip entry holds no data: its size says so,
 // and so does its content when it has compressed bytes (an empty deflate
 // stream has two), since a size is only what the zip claims.
@@ -102,16 +108,27 @@ func (p *post) storeZip(raw *bodyReader, body io.Reader, deferFeedCheck bool) (o
 // imported file) as one or more streams.
 func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, deferFeedCheck bool) (outcome, error) {
 	h := p.h
-	count, err := stroomzip.EntryCount(f, size)
+	dir, err := stroomzip.FindDirectory(f, size)
 	if err != nil {
 		return "", wrap(CompressedInvalid, err, "the body is not a valid zip file")
 	}
-	// count is an upper bound from the directory's size (entries with long
-	// names count more than once): refuse on it only when even that bound
-	// is far over the limit, which keeps the directory cheap to read; the
-	// exact count below decides.
-	if count > 4*uint64(h.cfg.MaxZipEntries) {
-		return "", errorf(TooLarge, "the zip has %d entries, more than receive.maxZipEntries (%d)", count, h.cfg.MaxZipEntries)
+	// Go's reader holds every entry's name, extra field and comment in
+	// memory: bounded by the entry limit, not by the body's size.
+	if maxDir := int64(h.cfg.MaxZipEntries) * maxDirEntryBytes; dir.Size > maxDir {
+		return "", errorf(TooLarge, "the zip's central directory is %s (the names, extra fields and comments of its entries), "+
+			"more than weir reads for receive.maxZipEntries (%d entries of %d bytes each at most: %s)",
+			config.ByteSize(dir.Size), h.cfg.MaxZipEntries, maxDirEntryBytes, config.ByteSize(maxDir))
+	}
+	// The bound from the directory's size counts an entry with a long name
+	// several times: when it is over the limit, count the entries.
+	if limit := uint64(h.cfg.MaxZipEntries); dir.EntryBound() > limit {
+		n, err := stroomzip.CountEntries(f, dir)
+		if err != nil {
+			return "", wrap(CompressedInvalid, err, "the body is not a valid zip file")
+		}
+		if n > limit {
+			return "", errorf(TooLarge, "the zip has %d entries, more than receive.maxZipEntries (%d)", n, limit)
+		}
 	}
 	zr, err := zip.NewReader(f, size)
 	if err != nil {

@@ -16,6 +16,7 @@ package stroomzip
 
 import (
 	"archive/zip"
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -199,14 +200,19 @@ func CheckName(name string) error {
 // ErrNotZip means the bytes have no zip end-of-central-directory record.
 var ErrNotZip = errors.New("not a zip file: no end of central directory record")
 
-// EntryCount returns an upper bound of the number of entries of a zip,
-// from its end of central directory record (zip64 too), without reading the
-// directory, so that it can be checked against a limit before anything is
-// allocated. The declared count is only 16 bits in a plain zip and readers
-// check it modulo 65536, so the bound is also the directory's size divided
-// by the smallest size of a directory entry (46 bytes).
-func EntryCount(r io.ReaderAt, size int64) (uint64, error) {
-	const minDirEntry = 46
+// Directory is where a zip's central directory is, from its end records.
+type Directory struct {
+	Offset   int64  // where it starts in the zip
+	Size     int64  // its length in bytes
+	Declared uint64 // the entry count the end record declares
+}
+
+// FindDirectory reads a zip's end of central directory record (and the
+// zip64 one, if there is one) and returns where the directory is: just
+// before them, which holds even when bytes were put before the zip (the
+// offset the record states is then wrong, and CheckStart refuses such a
+// zip later).
+func FindDirectory(r io.ReaderAt, size int64) (Directory, error) {
 	const eocdLen, maxComment = 22, 65535
 	tail := int64(eocdLen + maxComment)
 	if tail > size {
@@ -214,35 +220,86 @@ func EntryCount(r io.ReaderAt, size int64) (uint64, error) {
 	}
 	buf := make([]byte, tail)
 	if _, err := r.ReadAt(buf, size-tail); err != nil && !errors.Is(err, io.EOF) {
-		return 0, fmt.Errorf("read end of zip: %w", err)
+		return Directory{}, fmt.Errorf("read end of zip: %w", err)
 	}
 	for i := len(buf) - eocdLen; i >= 0; i-- {
 		if binary.LittleEndian.Uint32(buf[i:]) != 0x06054b50 {
 			continue
 		}
+		eocd := size - tail + int64(i)
 		count := uint64(binary.LittleEndian.Uint16(buf[i+10:]))
 		dirSize := uint64(binary.LittleEndian.Uint32(buf[i+12:]))
 		if count != 0xffff && dirSize != 0xffffffff {
-			return max(count, dirSize/minDirEntry), nil
+			if int64(dirSize) > eocd {
+				return Directory{}, fmt.Errorf("central directory larger than the zip: %w", ErrNotZip)
+			}
+			return Directory{Offset: eocd - int64(dirSize), Size: int64(dirSize), Declared: count}, nil
 		}
 		// Zip64: the locator sits just before the record and points at the zip64 record.
-		loc := size - tail + int64(i) - 20
+		loc := eocd - 20
 		if loc < 0 {
-			return 0, ErrNotZip
+			return Directory{}, ErrNotZip
 		}
 		var l [20]byte
 		if _, err := r.ReadAt(l[:], loc); err != nil || binary.LittleEndian.Uint32(l[:]) != 0x07064b50 {
-			return 0, fmt.Errorf("zip64 locator missing: %w", ErrNotZip)
+			return Directory{}, fmt.Errorf("zip64 locator missing: %w", ErrNotZip)
 		}
 		off := int64(binary.LittleEndian.Uint64(l[8:]))
 		var rec [56]byte
 		if off < 0 || off > size-56 {
-			return 0, fmt.Errorf("zip64 record offset out of range: %w", ErrNotZip)
+			return Directory{}, fmt.Errorf("zip64 record offset out of range: %w", ErrNotZip)
 		}
 		if _, err := r.ReadAt(rec[:], off); err != nil || binary.LittleEndian.Uint32(rec[:]) != 0x06064b50 {
-			return 0, fmt.Errorf("zip64 record missing: %w", ErrNotZip)
+			return Directory{}, fmt.Errorf("zip64 record missing: %w", ErrNotZip)
 		}
-		return max(binary.LittleEndian.Uint64(rec[32:]), binary.LittleEndian.Uint64(rec[40:])/minDirEntry), nil
+		size64 := binary.LittleEndian.Uint64(rec[40:])
+		if size64 > uint64(off) {
+			return Directory{}, fmt.Errorf("central directory larger than the zip: %w", ErrNotZip)
+		}
+		return Directory{Offset: off - int64(size64), Size: int64(size64), Declared: binary.LittleEndian.Uint64(rec[32:])}, nil
 	}
-	return 0, ErrNotZip
+	return Directory{}, ErrNotZip
+}
+
+// EntryBound is an upper bound of the number of entries in the directory,
+// known without reading it: the declared count is only 16 bits in a plain
+// zip and readers check it modulo 65536, so the bound is also the
+// directory's size divided by the smallest size of a directory entry (46
+// bytes). Entries with names count more than once.
+func (d Directory) EntryBound() uint64 {
+	const minDirEntry = 46
+	return max(d.Declared, uint64(d.Size)/minDirEntry)
+}
+
+// EntryCount returns an upper bound of the number of entries of a zip
+// (FindDirectory, then EntryBound), so that it can be checked against a
+// limit before anything is allocated.
+func EntryCount(r io.ReaderAt, size int64) (uint64, error) {
+	d, err := FindDirectory(r, size)
+	if err != nil {
+		return 0, err
+	}
+	return d.EntryBound(), nil
+}
+
+// CountEntries walks the directory's entry headers (46 bytes and three
+// lengths each, read through a small buffer: nothing is allocated per
+// entry) and returns how many there are. A directory that does not parse
+// as headers end to end is ErrNotZip. The caller bounds d.Size.
+func CountEntries(r io.ReaderAt, d Directory) (uint64, error) {
+	br := bufio.NewReaderSize(io.NewSectionReader(r, d.Offset, d.Size), 64<<10)
+	var h [46]byte
+	var n uint64
+	for left := d.Size; left > 0; {
+		if _, err := io.ReadFull(br, h[:]); err != nil || binary.LittleEndian.Uint32(h[:]) != 0x02014b50 {
+			return n, fmt.Errorf("central directory entry %d does not parse: %w", n+1, ErrNotZip)
+		}
+		rest := int64(binary.LittleEndian.Uint16(h[28:])) + int64(binary.LittleEndian.Uint16(h[30:])) + int64(binary.LittleEndian.Uint16(h[32:]))
+		if _, err := br.Discard(int(rest)); err != nil {
+			return n, fmt.Errorf("central directory entry %d is cut short: %w", n+1, ErrNotZip)
+		}
+		left -= int64(len(h)) + rest
+		n++
+	}
+	return n, nil
 }

@@ -178,7 +178,52 @@ func FuzzEntryCount(f *testing.F) {
 	f.Add([]byte("PK\x05\x06"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = EntryCount(bytes.NewReader(b), int64(len(b)))
+		if d, err := FindDirectory(bytes.NewReader(b), int64(len(b))); err == nil {
+			if d.Offset < 0 || d.Size < 0 || d.Offset+d.Size > int64(len(b)) {
+				t.Fatalf("directory %+v outside a zip of %d bytes", d, len(b))
+			}
+			_, _ = CountEntries(bytes.NewReader(b), d)
+		}
 	})
+}
+
+// TestCountEntries: the walk counts the entries exactly, whatever their
+// names and comments make of the size-based bound, zip64 included.
+func TestCountEntries(t *testing.T) {
+	for _, n := range []int{0, 1, 7, 70000} {
+		b := makeZip(t, n)
+		d, err := FindDirectory(bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := CountEntries(bytes.NewReader(b), d); err != nil || got != uint64(n) {
+			t.Errorf("CountEntries(%d entries) = %d, %v", n, got, err)
+		}
+	}
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for i := range 30 {
+		if _, err := zw.CreateHeader(&zip.FileHeader{Name: fmt.Sprintf("dir/%04d.dat", i), Comment: strings.Repeat("c", 500)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	zw.Close()
+	b := buf.Bytes()
+	d, err := FindDirectory(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.EntryBound() <= 30*10 {
+		t.Errorf("bound %d: the commented entries should over-count", d.EntryBound())
+	}
+	if got, err := CountEntries(bytes.NewReader(b), d); err != nil || got != 30 {
+		t.Errorf("CountEntries = %d, %v; want 30", got, err)
+	}
+	// A directory cut short is not a zip.
+	d.Size -= 10
+	if _, err := CountEntries(bytes.NewReader(b), d); !errors.Is(err, ErrNotZip) {
+		t.Errorf("CountEntries of a cut directory: %v", err)
+	}
 }
 
 // TestEntryCountBoundsLyingCount: a zip whose end record declares fewer
