@@ -296,7 +296,7 @@ func TestDatafeedUndeclaredCompression(t *testing.T) {
 		id = r.ok(t)
 		st = streamByReceipt(t, s, id)
 		base := firstHop(t, s, r, id, st.Attributes).with("Feed", testFeed, "Type", "Raw Events")
-		wantAttrs(t, "zip", st.Attributes, base.with("StreamSize", itoa(len(text))))
+		wantAttrs(t, "zip", st.Attributes, base.with("Sender", "zip", "StreamSize", itoa(len(text))))
 		wantParts(t, s, st, part{data: text, meta: base.with("Sender", "zip", "StreamSize", itoa(len(text)))})
 		undeclared(t, s, "gzip", 1)
 		undeclared(t, s, "zip", 1)

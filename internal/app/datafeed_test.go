@@ -199,7 +199,7 @@ func TestDatafeedAttributes(t *testing.T) {
 		"System", "HEADER-SYS",
 		"Foo", "Bar",
 		"Environment", "first",
-		"Environment", "second", // only the first value of a header is kept
+		"Environment", "second", // a header on two lines is one list (RFC 9110 5.3); the reference system keeps the first
 		"Content-Type", "text/plain")
 	id := r.ok(t)
 	st := oneStream(t, s, testFeed, "Raw Events", id)
@@ -210,7 +210,7 @@ func TestDatafeedAttributes(t *testing.T) {
 		"X-Custom-Thing", "custom value",
 		"System", "QUERY-SYS",
 		"Foo", "Bar",
-		"Environment", "first",
+		"Environment", "first, second",
 		"Content-Type", "text/plain",
 		"name", "ferret",
 		"colour", "purple haze",

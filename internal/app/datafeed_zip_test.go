@@ -7,10 +7,12 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/internal/access"
 	"github.com/weirhq/weir/internal/config"
 	"github.com/weirhq/weir/internal/feed"
 	"github.com/weirhq/weir/internal/meta"
@@ -556,12 +558,19 @@ func TestDatafeedZipUpstreamMeta(t *testing.T) {
 	id := r.ok(t)
 	st := oneStream(t, s, "OTHER-FEED", "Events", id)
 	now := st.Attributes.Value("ReceivedTime")
-	hop := firstHop(t, s, r, id, st.Attributes)
-	wantAttrs(t, "stream", st.Attributes, hop.with("Feed", "OTHER-FEED", "Type", "Events", "StreamSize", "12"))
-	wantParts(t, s, st, part{data: "proxied data", meta: hop.with(
+	// The stream's GUID is its part's, g-upstream (checked below), not
+	// the random one firstHop looks for.
+	a := st.Attributes.Clone()
+	a.Put("GUID", "00000000-0000-4000-8000-000000000000")
+	hop := firstHop(t, s, r, id, a)
+	partMeta := hop.with(
 		"Feed", "OTHER-FEED", "Type", "Events", "GUID", "g-upstream", "Proxied", "yes",
 		"ReceiptIdPath", p1+","+id, "ReceivedTimeHistory", t1+","+now, "ReceivedPath", "proxyhost,"+hostName(t),
-		"StreamSize", "12")})
+		"StreamSize", "12")
+	// The stream's only part says it: so does the stream, whose attributes
+	// finds search.
+	wantAttrs(t, "stream", st.Attributes, partMeta)
+	wantParts(t, s, st, part{data: "proxied data", meta: partMeta})
 }
 
 // TestDatafeedZipInvalid: a body declared ZIP that is not a valid zip is
@@ -672,4 +681,37 @@ func TestDatafeedZipEmpty(t *testing.T) {
 		}
 	}
 	nothingStored(t, s)
+}
+
+// TestDatafeedZipCommonMeta: what the meta entries of every part of a
+// stream say alike is the stream's own attribute too, over the headers, so
+// that a find by it works; what only some parts say stays with them.
+func TestDatafeedZipCommonMeta(t *testing.T) {
+	t.Parallel()
+	s := start(t, nil)
+	admin := user(t, s, "zipadmin", []string{access.Administrator}, nil)
+	body := zipOf(t,
+		"001.meta", "System:WEB\nEnvironment:PROD\nHost-Name:a", "001.dat", "one",
+		"002.meta", "System:WEB\nEnvironment:TEST", "002.dat", "two",
+		"003.meta", "system:WEB\nEnvironment:PROD\nHost-Name:a", "003.dat", "three",
+	)
+	id := post(t, s, body, "Feed", testFeed, "Compression", "ZIP", "System", "HEADER", "Environment", "HDR-ENV").ok(t)
+	st := oneStream(t, s, testFeed, "Raw Events", id)
+	for name, want := range map[string]string{"System": "WEB", "Environment": "HDR-ENV", "Host-Name": "", "Feed": testFeed, "Type": "Raw Events"} {
+		if got := st.Attributes.Value(name); got != want {
+			t.Errorf("stream attribute %s = %q, want %q", name, got, want)
+		}
+	}
+	if got := st.Attributes.Value("ReceiptIdPath"); got != id {
+		t.Errorf("ReceiptIdPath %q, want this hop's %q only", got, id)
+	}
+	find := func(field, value string) []int64 {
+		return sxFind(t, admin, `{"expression":`+sxTerm(field, "EQUALS", value)+`}`).ids()
+	}
+	if got := find("attribute:System", "WEB"); !slices.Equal(got, []int64{st.ID}) {
+		t.Errorf("find System WEB: %v, want [%d]", got, st.ID)
+	}
+	if got := find("attribute:System", "HEADER"); len(got) != 0 {
+		t.Errorf("find System HEADER: %v, want none (the parts' meta overrides it)", got)
+	}
 }

@@ -31,6 +31,28 @@ type zipTarget struct {
 	size  int64
 	attrs *attr.Map
 	rules []string // the data receipt rules that received its parts, in order, once each
+	// common holds the attributes the zip's meta and manifest entries give
+	// every part of the stream alike (nil before the first part): they
+	// become the stream's own, which finds search.
+	common *attr.Map
+}
+
+// share keeps in t.common the attributes of entry (a part's meta and
+// manifest) that every part so far has had, with the same value.
+func (t *zipTarget) share(entry *attr.Map) {
+	if t.common == nil {
+		t.common = entry.Clone()
+		return
+	}
+	var gone []string
+	for k, v := range t.common.All() {
+		if w, ok := entry.Get(k); !ok || w != v {
+			gone = append(gone, k)
+		}
+	}
+	for _, k := range gone {
+		t.common.Delete(k)
+	}
 }
 
 // writeErr remembers the error of its writer, so that a failed copy can be
@@ -268,6 +290,7 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 		if r := merged.Value(keyDataReceiptRule); r != "" && !slices.Contains(t.rules, r) {
 			t.rules = append(t.rules, r)
 		}
+		t.share(entry)
 		part := t.parts
 		t.parts++
 		n, err := p.copyEntry(t.w, streamfile.Data, part, zr.File, g.Entry(stroomzip.Data), decoded)
@@ -309,6 +332,16 @@ func (p *post) storeZipFile(ctx context.Context, f io.ReaderAt, size int64, defe
 		return outcomeDropped, nil
 	}
 	for _, t := range order {
+		if t.common.Len() > 0 {
+			// What every part's meta says is the stream's too (a post a
+			// proxy forwarded says it there, not in headers), merged over
+			// the headers as each part's meta is.
+			feed, typ := t.attrs.Value("Feed"), t.attrs.Value("Type")
+			t.attrs = attr.MergeEntry(t.attrs, t.common, hop)
+			p.protect(t.attrs)
+			t.attrs.Put("Feed", feed)
+			putType(t.attrs, typ)
+		}
 		if len(t.rules) > 0 {
 			t.attrs.Put(keyDataReceiptRule, strings.Join(t.rules, ","))
 		}

@@ -184,6 +184,7 @@ func (s *Store) recover(ctx context.Context) error {
 		return nil
 	}
 	ids := make([]int64, 0, len(locked))
+	dirs := map[string]bool{}
 	for i := range locked {
 		p := s.path(&locked[i])
 		for _, name := range []string{p + lockSuffix, p} {
@@ -191,7 +192,16 @@ func (s *Store) recover(ctx context.Context) error {
 				return fmt.Errorf("recover: remove %s: %w", name, err)
 			}
 		}
+		dirs[filepath.Dir(p)] = true
 		ids = append(ids, locked[i].ID)
+	}
+	// The removals must be durable before the rows go: a power cut after
+	// the rows' deletion would otherwise bring a file back that no row
+	// names, and no later recovery would find it.
+	for dir := range dirs {
+		if err := fsutil.SyncDir(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("recover: %w", err)
+		}
 	}
 	if err := s.repo.Apply(ctx, &meta.Batch{Delete: ids}); err != nil {
 		return fmt.Errorf("recover: delete %d locked streams: %w", len(ids), err)
