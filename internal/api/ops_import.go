@@ -227,6 +227,23 @@ func (s *opsAPI) runImport(ctx context.Context, run *operations.Run) (any, error
 	if _, err := os.Stat(file); errors.Is(err, os.ErrNotExist) {
 		return nil, errors.New("the uploaded zip is no longer staged; upload it again")
 	}
+	// The import is decided when it runs, as a post is when it arrives:
+	// an owner disabled, or no longer holding Data - Import, since it was
+	// queued stores nothing.
+	if s.Access != nil {
+		p, err := s.Access.PrincipalFor(ctx, run.Op.Owner)
+		var ae *access.AuthError
+		switch {
+		case errors.As(err, &ae):
+			s.removeStaged(file)
+			return nil, fmt.Errorf("the zip was not imported: %s", ae.Error())
+		case err != nil:
+			return nil, s.opError(ctx, run, "check the owner's permissions", err)
+		case !p.Has(access.DataImport):
+			s.removeStaged(file)
+			return nil, fmt.Errorf("the zip was not imported: user %q no longer holds the application permission %s", run.Op.Owner, access.DataImport)
+		}
+	}
 	run.Progress(0, req.Size)
 	ing, err := s.imp.h.IngestZip(ctx, receive.ZipImport{
 		File: file, ReceiptID: req.ReceiptID, Received: time.UnixMilli(req.ReceivedMs),

@@ -1211,3 +1211,53 @@ func postIncompressible(t *testing.T, s *apptest.Server, feed string, seed uint6
 		post(t, s, body, "Feed", feed).ok(t)
 	}
 }
+
+// TestAPIImportDecidedWhenItRuns: an import queued behind other operations
+// is decided when it runs, as a post is when it arrives: an owner disabled,
+// or no longer holding Data - Import, since it was queued stores nothing.
+func TestAPIImportDecidedWhenItRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("queues exports of 96 MiB ahead of the imports")
+	}
+	t.Parallel()
+	s := apptest.Start(t, nil)
+	s.CreateFeed("FEED-A", "", "")
+	postIncompressible(t, s, "FEED-A", 7, 24)
+	admin := user(t, s, "opsadmin", []string{access.Administrator}, nil)
+	carol := user(t, s, "carol", []string{access.DataImport}, map[string]access.Level{"FEED-A": access.View})
+	dave := user(t, s, "dave", []string{access.DataImport}, map[string]access.Level{"FEED-A": access.View})
+	body := zipOf(t, "001.meta", "Feed:FEED-A", "001.dat", "queued import")
+	// Enough exports to keep every worker busy for seconds.
+	var exports []string
+	for range 6 {
+		exports = append(exports, accepted(t, admin.do("POST", "/exports", `{}`), "export"))
+	}
+	carolLoc := accepted(t, carol.raw("POST", "/imports", body, "application/zip"), "import by carol")
+	daveLoc := accepted(t, dave.raw("POST", "/imports", body, "application/zip"), "import by dave")
+	ctx := context.Background()
+	if err := s.App.Access().RevokeApp(ctx, "carol", access.DataImport); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.App.Access().SetEnabled(ctx, "dave", false); err != nil {
+		t.Fatal(err)
+	}
+	for _, loc := range []string{carolLoc, daveLoc} {
+		if op := poll1(t, admin, loc); op.State != "PENDING" {
+			t.Fatalf("%s was %s before its owner lost the right to import: the test needs it queued", loc, op.State)
+		}
+	}
+	for loc, want := range map[string]string{carolLoc: "no longer holds the application permission Data - Import", daveLoc: "disabled"} {
+		op := poll(t, admin, loc)
+		if op.State != "FAILED" || !strings.Contains(op.Error, want) {
+			t.Errorf("%s: %s %q, want FAILED saying %q", loc, op.State, op.Error, want)
+		}
+	}
+	for _, st := range s.Streams() {
+		if st.Feed == "FEED-A" && st.Parts == 1 && st.RawSize == int64(len("queued import")) {
+			t.Errorf("stream %d was imported by an owner who could no longer import", st.ID)
+		}
+	}
+	for _, loc := range exports {
+		poll(t, admin, loc)
+	}
+}
