@@ -118,7 +118,7 @@ func Register(mux *http.ServeMux, d Deps) (*Server, error) {
 	s := &server{Deps: d, slots: make(chan struct{}, max(d.Config.API.MaxConcurrentRequests, 1)),
 		downloads: make(chan struct{}, max(d.Config.API.MaxConcurrentDownloads, 1))}
 	s.api = humago.NewWithPrefix(mux, "/api", cfg)
-	s.api.UseMiddleware(s.headerLimit, canonicalJSONType, s.refuseJSONPatch, s.limit, s.boundDatabase, s.authenticate)
+	s.api.UseMiddleware(s.headerLimit, canonicalJSONType, s.refuseJSONPatch, s.limit, s.boundDatabase, s.authenticate, s.seeReceived)
 	s.registerAccount()
 	s.registerFeeds()
 	s.registerFeedStatus()
@@ -263,6 +263,20 @@ func (s *server) boundDatabase(ctx huma.Context, next func(huma.Context)) {
 	bounded, cancel := context.WithTimeout(context.WithValue(outer, unboundedKey{}, outer), d)
 	defer cancel()
 	next(huma.WithContext(ctx, bounded))
+}
+
+// seeReceived makes a call see every post this node answered before the
+// call: with store.commit: log, a post is answered before its rows are in
+// the database (see store.Store.Sync), usually by milliseconds. It waits
+// at most receive.databaseTimeout; a call that waited that long (the
+// database failing) goes on, and may not see the latest posts.
+func (s *server) seeReceived(ctx huma.Context, next func(huma.Context)) {
+	if s.Store != nil {
+		c, cancel := s.dbContext(ctx.Context())
+		_ = s.Store.Sync(c)
+		cancel()
+	}
+	next(ctx)
 }
 
 // dbContext bounds ctx by receive.databaseTimeout, for a handler that

@@ -258,6 +258,11 @@ func (s *opsAPI) runImport(ctx context.Context, run *operations.Run) (any, error
 		s.removeStaged(file)
 		return nil, fmt.Errorf("the zip was not imported: %w", err)
 	}
+	// Its posts may be answered before their rows are in (store.commit:
+	// log).
+	if err := s.Store.Sync(ctx); err != nil {
+		return nil, s.opError(ctx, run, "wait for the imported streams' rows", err)
+	}
 	stored = stored[:0]
 	for _, id := range ing.Streams {
 		st, err := s.Repo.GetStream(ctx, id)

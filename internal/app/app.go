@@ -179,6 +179,7 @@ func OpenStorage(ctx context.Context, cfg config.Config, node string, log *slog.
 	o.Store, err = store.Open(ctx, o.Repo, o.Codec, store.Options{
 		Root: filepath.Join(cfg.Data, "store"), Node: node, BlockSize: int(cfg.Store.BlockSize), PackMax: int(cfg.Store.PackMaxSize),
 		Logger: log, Metrics: m, ReadOnly: readOnly, Held: o.nodeLock.Held, CommitTimeout: commitTimeout,
+		Log: cfg.Store.Commit == config.CommitLog,
 	})
 	if err != nil {
 		o.Close()

@@ -551,6 +551,7 @@ func head(s *apptest.Server, requestLine string, lines ...string) string {
 // streamByReceipt returns the one stream with this receipt id.
 func streamByReceipt(t testing.TB, s *apptest.Server, receipt string) meta.Stream {
 	t.Helper()
+	s.Sync()
 	st, err := s.App.Repo().ListStreams(t.Context(), meta.StreamFilter{ReceiptID: receipt})
 	if err != nil {
 		t.Fatal(err)

@@ -429,6 +429,7 @@ func TestDatafeedHalfClosedSender(t *testing.T) {
 			t.Fatal(err)
 		}
 		id := readResponse(t, c, r).ok(t)
+		s.Sync()
 		st, err := s.App.Repo().ListStreams(t.Context(), meta.StreamFilter{ReceiptID: id})
 		if err != nil || len(st) != tc.streams {
 			t.Errorf("%s: %d streams, want %d (%v)", tc.name, len(st), tc.streams, err)

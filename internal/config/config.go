@@ -203,10 +203,26 @@ type Store struct {
 	// reference system's "Data Delete" job does streams DELETED longer
 	// than its deletePurgeAge. 0 keeps deleted streams for ever.
 	DeletePurgeAge Duration `yaml:"deletePurgeAge"`
+	// Commit is when a post whose streams are all packed is answered:
+	// "log" (the default) once its record, its data and rows, is durable
+	// in the store's log (its pack), its rows going into the metadata
+	// database a few milliseconds later in a transaction shared with the
+	// posts around it (an API call on the node waits for the rows of the
+	// posts it answered before the call); "transaction" only once its
+	// rows' transaction committed, which every post then waits for. Posts
+	// with a stream too big for a pack, and those a trusted forwarder
+	// sends with a GUID, always wait for their transaction.
+	Commit string `yaml:"commit"`
 	// PurgeInterval is how often the purge of deleted streams runs (and
 	// at start); 0: hourly. Not read from the file: tests shorten it.
 	PurgeInterval time.Duration `yaml:"-"`
 }
+
+// Values of store.commit.
+const (
+	CommitLog         = "log"
+	CommitTransaction = "transaction"
+)
 
 // DefaultMetaTypes are the stream types a post may name, as in the reference system.
 var defaultMetaTypes = []string{
@@ -246,7 +262,7 @@ func Default() Config {
 			X509CertificateDnHeader:            "X-SSL-CLIENT-S-DN",
 			X509CertificateDnFormat:            "LDAP",
 		},
-		Store: Store{BlockSize: 256 << 10, PackMaxSize: 256 << 10, Compression: "s2", DeletePurgeAge: Duration(7 * 24 * time.Hour)},
+		Store: Store{BlockSize: 256 << 10, PackMaxSize: 256 << 10, Compression: "s2", Commit: CommitLog, DeletePurgeAge: Duration(7 * 24 * time.Hour)},
 		TLS:   TLS{ClientAuth: "request"},
 		API: API{MaxConcurrentRequests: 64, MaxConcurrentDownloads: 64, RetryAfter: Duration(time.Second), ExportMinFreeSpace: 1 << 30,
 			ExportRetention: Duration(7 * 24 * time.Hour), MaxOperationsPerUser: 100},
@@ -476,6 +492,11 @@ func (c *Config) Validate() error {
 	case "s2", "zstd", "none":
 	default:
 		add("store.compression: %q is not one of s2, zstd, none", c.Store.Compression)
+	}
+	switch c.Store.Commit {
+	case CommitLog, CommitTransaction:
+	default:
+		add("store.commit: %q is not one of %s, %s", c.Store.Commit, CommitLog, CommitTransaction)
 	}
 	return errors.Join(errs...)
 }

@@ -64,6 +64,8 @@ func runSuite(t *testing.T, ec engineCase) {
 		{"ListStreams", testListStreams},
 		{"LockedStreams", testLockedStreams},
 		{"ApplyPacked", testApplyPacked},
+		{"ReservedStreamIDs", testReservedStreamIDs},
+		{"LogMark", testLogMark},
 		{"HopReceipts", testHopReceipts},
 		{"ForwardedPosts", testForwardedPosts},
 		{"ConcurrentApply", testConcurrentApply},
@@ -1150,5 +1152,80 @@ func TestIsReferenceType(t *testing.T) {
 		if got := IsReferenceType(typ); got != want {
 			t.Errorf("IsReferenceType(%q) = %v, want %v", typ, got, want)
 		}
+	}
+}
+
+// testReservedStreamIDs: ids reserved are given to no insert, in a fresh
+// database and after rows; streams inserted with them keep them, a second
+// insert of one leaves the first row as it is, and the next insert and
+// the next reservation come after them.
+func testReservedStreamIDs(t *testing.T, loc location) {
+	ctx := t.Context()
+	r := openRepo(t, loc)
+	first, err := r.ReserveStreamIDs(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reserved []int64
+	for _, rg := range first {
+		for id := rg.First; id <= rg.Last; id++ {
+			reserved = append(reserved, id)
+		}
+	}
+	if len(reserved) != 10 {
+		t.Fatalf("reserved %v, want 10 ids", first)
+	}
+	plain := newStream("FEED-A", "n1", "r-plain")
+	apply(t, r, &Batch{Create: []*Stream{plain}})
+	if slices.Contains(reserved, plain.ID) || plain.ID < reserved[9] {
+		t.Fatalf("an insert took id %d, reserved %v", plain.ID, reserved)
+	}
+	// Packed and LOCKED rows with reserved ids.
+	packed := newStream("FEED-A", "n1", "r-packed")
+	packed.ID, packed.Pack, packed.PackOffset, packed.StatusMs = reserved[3], "packs/p1.wpk", 100, 12345
+	locked := newStream("FEED-A", "n1", "r-locked")
+	locked.ID = reserved[4]
+	apply(t, r, &Batch{Packed: []*Stream{packed}, Create: []*Stream{locked}})
+	if packed.ID != reserved[3] || locked.ID != reserved[4] {
+		t.Fatalf("ids %d %d, want %d %d", packed.ID, locked.ID, reserved[3], reserved[4])
+	}
+	got, err := r.GetStream(ctx, reserved[3])
+	if err != nil || got.ReceiptID != "r-packed" || got.Status != Unlocked || got.StatusMs != 12345 || got.PackOffset != 100 {
+		t.Fatalf("packed row %+v %v", got, err)
+	}
+	// Again, as a replay would: the row stays as it was.
+	again := *packed
+	again.ReceiptID, again.PackOffset = "r-other", 999
+	apply(t, r, &Batch{Packed: []*Stream{&again}})
+	if got, err := r.GetStream(ctx, reserved[3]); err != nil || got.ReceiptID != "r-packed" || got.PackOffset != 100 {
+		t.Fatalf("row after a second insert %+v %v", got, err)
+	}
+	next, err := r.ReserveStreamIDs(ctx, 5)
+	if err != nil || len(next) == 0 || next[0].First <= plain.ID {
+		t.Fatalf("second reservation %v %v, after id %d", next, err, plain.ID)
+	}
+	later := newStream("FEED-A", "n1", "r-later")
+	apply(t, r, &Batch{Create: []*Stream{later}})
+	if later.ID <= next[len(next)-1].Last {
+		t.Fatalf("an insert after the second reservation took %d, reserved %v", later.ID, next)
+	}
+}
+
+// testLogMark: a node's mark is absent until a batch records one, then is
+// the last recorded; each node has its own.
+func testLogMark(t *testing.T, loc location) {
+	ctx := t.Context()
+	r := openRepo(t, loc)
+	if m, ok, err := r.LogMark(ctx, "n1"); err != nil || ok || m.Pack != "" {
+		t.Fatalf("mark of a new node: %+v %v %v", m, ok, err)
+	}
+	apply(t, r, &Batch{Mark: &LogMark{Node: "n1", Pack: "packs/a.wpk", End: 10}})
+	apply(t, r, &Batch{Mark: &LogMark{Node: "n2", Pack: "packs/b.wpk", End: 7}})
+	apply(t, r, &Batch{Create: []*Stream{newStream("FEED-A", "n1", "r1")}, Mark: &LogMark{Node: "n1", Pack: "packs/c.wpk", End: 20}})
+	if m, ok, err := r.LogMark(ctx, "n1"); err != nil || !ok || m.Pack != "packs/c.wpk" || m.End != 20 {
+		t.Fatalf("mark of n1: %+v %v %v", m, ok, err)
+	}
+	if m, ok, err := r.LogMark(ctx, "n2"); err != nil || !ok || m.Pack != "packs/b.wpk" || m.End != 7 {
+		t.Fatalf("mark of n2: %+v %v %v", m, ok, err)
 	}
 }

@@ -88,6 +88,9 @@ type Batch struct {
 	// lost), so that a resend is stored again rather than answered with
 	// the receipt id of streams the abort removed.
 	Forget []ForwardedPost
+	// Mark, if set, records how far its node's store log is recorded
+	// (see LogMark), in the same transaction as the rest.
+	Mark *LogMark
 }
 
 // ForwardedPost is a forwarded post as recorded: its key and the receipt
@@ -116,7 +119,7 @@ const streamColumns = `id, feed, type, status, create_ms, effective_ms, status_m
 // failed Apply they are exactly as the caller passed them (no ID for rows
 // that were rolled back).
 func (r *Repo) Apply(ctx context.Context, b *Batch) error {
-	if b == nil || len(b.Create)+len(b.Unlock)+len(b.Delete)+len(b.Packed) == 0 {
+	if b == nil || len(b.Create)+len(b.Unlock)+len(b.Delete)+len(b.Packed)+len(b.Forget) == 0 && b.Mark == nil {
 		return nil
 	}
 	now := nowMs()
@@ -165,16 +168,29 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 				return fmt.Errorf("prepare create: %w", err)
 			}
 			defer stmt.Close()
+			// A stream whose id was reserved (see ReserveStreamIDs) is
+			// inserted with it.
+			withID, err := r.txStmt(ctx, tx, `INSERT INTO streams
+				(feed, type, status, create_ms, effective_ms, status_ms, node, receipt_id, parts, raw_size, file_size, attributes, id)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+				RETURNING id`)
+			if err != nil {
+				return fmt.Errorf("prepare create: %w", err)
+			}
+			defer withID.Close()
 			for i, s := range b.Create {
 				createMs := s.CreateMs
 				if createMs == 0 {
 					createMs = now
 				}
+				args := []any{s.Feed, s.Type, string(Locked), createMs, s.EffectiveMs, createMs, s.Node,
+					s.ReceiptID, s.Parts, s.RawSize, s.FileSize, createAttrs[i]}
+				st := stmt
+				if s.ID != 0 {
+					st, args = withID, append(args, s.ID)
+				}
 				var id int64
-				if err := stmt.QueryRowContext(ctx,
-					s.Feed, s.Type, string(Locked), createMs, s.EffectiveMs, createMs, s.Node,
-					s.ReceiptID, s.Parts, s.RawSize, s.FileSize, createAttrs[i],
-				).Scan(&id); err != nil {
+				if err := st.QueryRowContext(ctx, args...).Scan(&id); err != nil {
 					return fmt.Errorf("create stream for feed %q: %w", s.Feed, err)
 				}
 				ids[i] = created{id: id, createMs: createMs}
@@ -226,6 +242,11 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM forwarded_posts WHERE sender = $1 AND guid = $2 AND receipt_id = $3`,
 				f.Key.Sender, f.Key.GUID, f.ReceiptID); err != nil {
 				return fmt.Errorf("forget forwarded post %q of %q: %w", f.Key.GUID, f.Key.Sender, err)
+			}
+		}
+		if b.Mark != nil {
+			if err := r.setLogMark(ctx, tx, *b.Mark); err != nil {
+				return err
 			}
 		}
 		if len(b.Delete) > 0 {
@@ -283,7 +304,9 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 	for i, s := range b.Packed {
 		s.ID = packedIDs[i]
 		s.Status = Unlocked
-		s.StatusMs = now
+		if s.StatusMs == 0 {
+			s.StatusMs = now
+		}
 	}
 	return nil
 }
@@ -367,6 +390,9 @@ func (r *Repo) namelessParams() bool { return r.engine == engineSQLite }
 // the row RETURNING gives back; should two streams claim the same place,
 // they go in one row per statement instead, where the order is certain.
 func (r *Repo) insertPacked(ctx context.Context, tx *sql.Tx, ss []*Stream, attrs []string, now int64, ids []int64) error {
+	if len(ss) > 0 && ss[0].ID != 0 {
+		return r.insertPackedWithIDs(ctx, tx, ss, attrs, now, ids)
+	}
 	index := make(map[place]int, len(ss))
 	for i, s := range ss {
 		p := place{s.Pack, s.PackOffset}
@@ -403,6 +429,63 @@ func (r *Repo) insertPacked(ctx context.Context, tx *sql.Tx, ss []*Stream, attrs
 			return nil
 		}); err != nil {
 			return err
+		}
+		start += n
+	}
+	return nil
+}
+
+// packedInsertIDSQL[e][n] inserts n packed streams whose ids are given
+// (reserved beforehand: see ReserveStreamIDs), leaving any whose id is
+// there already: the store inserts the rows of its log again after a crash
+// or a commit whose outcome it could not learn, and a row in place is the
+// same row.
+var packedInsertIDSQL = func() (q [2][packedRows + 1]string) {
+	for e, nameless := range []bool{false, true} {
+		for n := 1; n <= packedRows; n++ {
+			var b strings.Builder
+			b.WriteString(`INSERT INTO streams (id, feed, type, status, create_ms, effective_ms, status_ms, node, receipt_id, parts, raw_size, file_size, attributes, pack, pack_offset) VALUES `)
+			valueRows(&b, nameless, n, 15)
+			b.WriteString(" ON CONFLICT (id) DO NOTHING")
+			q[e][n] = b.String()
+		}
+	}
+	return q
+}()
+
+// insertPackedWithIDs is insertPacked for streams whose ids are set (all of
+// them must be): the ids need not come back, so the rows go in
+// packedRows per statement whatever their places.
+func (r *Repo) insertPackedWithIDs(ctx context.Context, tx *sql.Tx, ss []*Stream, attrs []string, now int64, ids []int64) error {
+	e := 0
+	if r.namelessParams() {
+		e = 1
+	}
+	args := make([]any, 0, 15*min(len(ss), packedRows))
+	for start := 0; start < len(ss); {
+		n := min(packedRows, len(ss)-start)
+		args = args[:0]
+		for i := start; i < start+n; i++ {
+			s := ss[i]
+			if s.ID == 0 {
+				return fmt.Errorf("insert packed streams: stream %d of %d has no id, the first has one", i+1, len(ss))
+			}
+			statusMs := s.StatusMs
+			if statusMs == 0 {
+				statusMs = now
+			}
+			args = append(args, s.ID, s.Feed, s.Type, string(Unlocked), s.CreateMs, s.EffectiveMs, statusMs, s.Node,
+				s.ReceiptID, s.Parts, s.RawSize, s.FileSize, attrs[i], s.Pack, s.PackOffset)
+			ids[i] = s.ID
+		}
+		stmt, err := r.txStmt(ctx, tx, packedInsertIDSQL[e][n])
+		if err != nil {
+			return fmt.Errorf("prepare packed insert of %d: %w", n, err)
+		}
+		_, err = stmt.ExecContext(ctx, args...)
+		stmt.Close()
+		if err != nil {
+			return fmt.Errorf("insert %d packed streams: %w", n, err)
 		}
 		start += n
 	}

@@ -191,6 +191,9 @@ func storeError(err error) error {
 	if store.IsTooManyFiles(err) {
 		return &Error{Code: Unavailable, Detail: "weir has as many files open as it may (connections included; see ulimit -n)", Internal: err}
 	}
+	if errors.Is(err, store.ErrBehind) {
+		return &Error{Code: Unavailable, Detail: "the metadata database has not yet recorded the data of posts already received; try again shortly", Internal: err}
+	}
 	if meta.IsUnavailable(err) {
 		return dbFailure(UnknownError, err, "storing the data failed")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -22,11 +23,34 @@ type request struct {
 	at     time.Time            // when it was submitted
 	ctx    context.Context
 	done   chan error
+	// early: answered by stage one as soon as its record is durable in
+	// the pack, before its rows are inserted (store.commit: log).
+	early bool
+	// rows are the rows of its packed streams that its transaction
+	// inserts: for an early request, copies, since its caller goes on
+	// with the originals once answered.
+	rows []*meta.Stream
 }
 
-// maxBatch bounds one transaction so that a burst cannot make one commit
-// arbitrarily large (and every post in it wait for all the others).
-const maxBatch = 256
+// maxBatch bounds one transaction's requests so that a burst cannot make
+// one commit arbitrarily large (and every post waiting for it wait for all
+// the others).
+const maxBatch = 1024
+
+// stagedQueue is how many batches stage one may have written ahead of the
+// transactions recording them: with store.commit: log their posts are
+// answered already, and maxPendingRows bounds them.
+const stagedQueue = 1024
+
+// maxPendingRows bounds the rows of answered posts not yet inserted (and
+// held in memory until they are): past it, posts are refused with 503 (see
+// ErrBehind) until the database has caught up.
+const maxPendingRows = 20_000
+
+// ErrBehind is returned for a post refused because the metadata database
+// has not yet recorded the streams of posts already answered, which must go
+// in first: it failed (the cause is wrapped too), or it is far behind.
+var ErrBehind = errors.New("the metadata database has not yet recorded the streams of posts already received")
 
 // submit hands a request to the committer and waits until it is durable.
 func (s *Store) submit(ctx context.Context, r *request) error {
@@ -38,6 +62,10 @@ func (s *Store) submit(ctx context.Context, r *request) error {
 		s.closeMu.RUnlock()
 		return ErrClosed
 	}
+	if err := s.behind(); err != nil {
+		s.closeMu.RUnlock()
+		return err
+	}
 	s.commits <- r
 	s.closeMu.RUnlock()
 	// The committer always answers; a cancelled caller must still wait so
@@ -45,48 +73,63 @@ func (s *Store) submit(ctx context.Context, r *request) error {
 	return <-r.done
 }
 
+// behind returns why new work is refused, if it is: the transaction that
+// records the rows of answered posts is failing, or too many such rows
+// wait for one.
+func (s *Store) behind() error {
+	if !s.opt.Log {
+		return nil
+	}
+	s.failMu.Lock()
+	err := s.failing
+	s.failMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBehind, err)
+	}
+	if n := s.pendingRows.Load(); n > maxPendingRows {
+		return fmt.Errorf("%w: %d streams wait for their rows", ErrBehind, n)
+	}
+	return nil
+}
+
+// answersEarly reports whether r is answered as soon as its record is
+// durable: with store.commit: log, a post whose streams are all packed.
+// Not one that a trusted forwarder sent with a GUID: a resend of it must
+// find the post recorded (meta.Repo.ForwardedReceipt) once it is answered.
+func (s *Store) answersEarly(r *request) bool {
+	if !s.opt.Log || len(r.pack) == 0 || len(r.create)+len(r.unlock)+len(r.delete)+len(r.forget)+len(r.dirs) > 0 {
+		return false
+	}
+	for i := range r.pack {
+		if r.pack[i].row.Forward.GUID != "" {
+			return false
+		}
+	}
+	return true
+}
+
 // commitLoop is the group committer. It takes whatever requests queued up
-// while the previous commit ran and commits them together: no timer, so an
-// idle server commits at once and a busy one batches naturally.
+// while the previous batch was written and writes them together: no timer,
+// so an idle server commits at once and a busy one batches naturally.
 //
-// It is a pipeline of two stages, so that the two waits for the disk
-// overlap: while one batch's transaction commits (stage two), the next
-// batch's directories and pack are written and fsynced (stage one). A
-// batch's rows are still committed only after its files are durable.
+// It is a pipeline of two stages. Stage one writes a batch's directories
+// and its pack records and flushes them, and answers the posts whose
+// records hold all they are (see answersEarly); stage two records the
+// rows in the metadata database, in one transaction for every batch that
+// stage one wrote meanwhile, in the order they were written, and answers
+// the rest. A batch's rows are inserted only after its files are durable,
+// so a committed row always names bytes that survive a crash.
 func (s *Store) commitLoop() {
 	defer close(s.done)
-	written := make(chan *staged, 2)
-	applied := make(chan struct{})
+	written := make(chan *staged, stagedQueue)
+	recorded := make(chan struct{})
 	go func() {
-		defer close(applied)
-		for st := range written {
-			// Batches that were staged while the last transaction ran
-			// share the next one: the stage that waits longer sets the
-			// pace, and merging lets the transactions keep up.
-		more:
-			for len(st.batch) < maxBatch {
-				select {
-				case next, ok := <-written:
-					if !ok {
-						break more
-					}
-					if st.err != nil || next.err != nil {
-						// A failed stage one is retried request by
-						// request, alone.
-						s.finish(st)
-						st = next
-						continue
-					}
-					st = merge(st, next)
-				default:
-					break more
-				}
-			}
-			s.finish(st)
-		}
+		defer close(recorded)
+		s.recordLoop(written)
 	}()
+	var seq uint64
 	for r := range s.commits {
-		batch := make([]*request, 1, maxBatch)
+		batch := make([]*request, 1, 64)
 		batch[0] = r
 	fill:
 		for len(batch) < maxBatch {
@@ -100,10 +143,36 @@ func (s *Store) commitLoop() {
 				break fill
 			}
 		}
-		written <- s.stage(batch)
+		for _, r := range batch {
+			r.early = s.answersEarly(r)
+		}
+		st := s.stage(batch)
+		for _, r := range batch {
+			if st.err != nil {
+				// Not answered: they fail with the rest.
+				r.early = false
+			}
+			if !r.early {
+				st.waiting++
+			}
+		}
+		seq++
+		st.seq = seq
+		// Counted before any post is answered: a caller of Sync who
+		// heard of one waits for its rows.
+		s.acked.Store(seq)
+		if st.err == nil && st.rows > 0 {
+			s.pendingRows.Add(int64(st.rows))
+			for _, r := range batch {
+				if r.early {
+					r.done <- nil
+				}
+			}
+		}
+		written <- st
 	}
 	close(written)
-	<-applied
+	<-recorded
 	s.packMu.Lock()
 	s.closePack()
 	s.packMu.Unlock()
@@ -118,15 +187,25 @@ type staged struct {
 	start  time.Time
 	oldest time.Time // its longest-waiting request's submission
 	err    error     // from stage one
+	seq    uint64    // its place in stage one's order (commitLoop's batches)
+	// mark is where the log ends after its last pack write: its
+	// transaction records it (see meta.LogMark).
+	mark *meta.LogMark
+	rows    int // rows of early requests: answered, waiting for its transaction
+	waiting int // requests not answered yet
 }
 
 // stagedPack is one pack write of a staged batch and its streams.
 type stagedPack struct {
 	w     packWrite
 	items []*packItem
+	// early: it holds the record of an answered post, which must stay
+	// whatever becomes of the rest.
+	early bool
 }
 
-// merge makes one staged batch of two whose stage one succeeded.
+// merge makes one staged batch of two whose stage one succeeded, b
+// written after a.
 func merge(a, b *staged) *staged {
 	a.batch = append(a.batch, b.batch...)
 	a.b.Create = append(a.b.Create, b.b.Create...)
@@ -138,47 +217,344 @@ func merge(a, b *staged) *staged {
 	if b.oldest.Before(a.oldest) {
 		a.oldest = b.oldest
 	}
+	if b.mark != nil {
+		a.mark = b.mark
+	}
+	a.seq = max(a.seq, b.seq)
+	a.rows += b.rows
+	a.waiting += b.waiting
 	return a
 }
 
-// finish commits a staged batch's transaction and answers its requests.
-func (s *Store) finish(st *staged) {
+// recordDelay is how long stage two waits for more batches to join one
+// whose posts were all answered already, before it records them: nobody
+// waits for that transaction, and one costs about as much for 5 rows as
+// for 50. A request that waits for its transaction, or a caller of Sync,
+// ends the wait; so does lingerRows.
+const (
+	recordDelay = 3 * time.Millisecond
+	lingerRows  = 256
+)
+
+// recordLoop is stage two: it records staged batches in the order stage
+// one wrote them. Batches that were staged while the last transaction ran
+// share the next one: the stage that waits longer sets the pace, and
+// merging lets the transactions keep up.
+func (s *Store) recordLoop(written chan *staged) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for st := range written {
+		var deadline time.Time
+		for len(st.batch) < maxBatch {
+			next, ok := s.more(written, st, &deadline, timer)
+			if next == nil || !ok {
+				break
+			}
+			if st.err != nil || next.err != nil {
+				// A failed stage one is retried request by request,
+				// alone.
+				s.finish(st, written)
+				st, deadline = next, time.Time{}
+				continue
+			}
+			st = merge(st, next)
+		}
+		s.finish(st, written)
+	}
+}
+
+// more returns the next staged batch to join st, or nil when st is to be
+// recorded now: at once when none is queued, unless st may linger (all
+// its posts answered) for up to recordDelay.
+func (s *Store) more(written chan *staged, st *staged, deadline *time.Time, timer *time.Timer) (*staged, bool) {
+	select {
+	case next, ok := <-written:
+		return next, ok
+	default:
+	}
+	if !s.opt.Log || st.err != nil || st.waiting > 0 || st.rows >= lingerRows {
+		return nil, true
+	}
+	if deadline.IsZero() {
+		*deadline = time.Now().Add(recordDelay)
+	}
+	d := time.Until(*deadline)
+	if d <= 0 {
+		return nil, true
+	}
+	timer.Reset(d)
+	defer timer.Stop()
+	select {
+	case next, ok := <-written:
+		return next, ok
+	case <-timer.C:
+	case <-s.hurry:
+	case <-s.closing:
+	}
+	return nil, true
+}
+
+// finish commits a staged batch's transaction and answers its requests
+// still waiting.
+func (s *Store) finish(st *staged, written chan *staged) {
+	if s.abandoned {
+		// Closing, with rows of answered posts not recorded before:
+		// recording later ones would move the mark past them.
+		s.answerWaiting(st, ErrClosed)
+		return
+	}
 	err := st.err
 	if err == nil {
 		err = s.commitRows(st)
-	}
-	if err == nil {
-		s.retryLeftovers()
 	}
 	// Counted before any request is answered, so that whoever reads the
 	// metric after its answer finds its batch in it.
 	if m := s.opt.Metrics; m != nil {
 		m.batchSize.Observe(float64(len(st.batch)))
-	}
-	if err != nil && len(st.batch) > 1 && !meta.IsUnavailable(err) {
-		// One bad request must not fail its neighbours: retry each alone.
-		// Not when the database is unreachable: no request is to blame,
-		// and each retry would wait for it again.
-		for _, r := range st.batch {
-			r.done <- s.apply([]*request{r})
-		}
-	} else {
-		for _, r := range st.batch {
-			r.done <- err
-		}
-	}
-	if m := s.opt.Metrics; m != nil {
 		m.commitSeconds.Observe(time.Since(st.start).Seconds())
+	}
+	switch {
+	case err == nil:
+		s.endWrites(st.writes, false)
+		s.answerWaiting(st, nil)
+		s.recorded(st)
+	case st.rows == 0:
+		// Nothing answered yet: the batch fails as a whole (or request
+		// by request), and nothing of it is left to record.
+		s.endWrites(st.writes, failedCommit(err))
+		s.retryAlone(waiting(st), err)
+		s.advance(st.seq)
+	default:
+		// The rows of answered posts must go in, and in order: alone
+		// first (another request may be what failed), then again until
+		// they do.
+		early, rest := s.split(st)
+		err2 := s.commitRows(early)
+		if err2 == nil {
+			s.endWrites(early.writes, false)
+			s.recorded(early)
+		} else {
+			s.fail(err2)
+		}
+		s.retryAlone(rest, err)
+		if err2 != nil {
+			s.recordUntilDone(early, written, err2)
+		}
 	}
 }
 
-// apply makes a set of requests durable, both stages at once.
+// failedCommit says whether a transaction that returned err certainly did
+// not commit: one in doubt (its answer lost, meta.ErrCommitUnknown) may
+// have committed rows that name the batch's bytes, which must then stay.
+func failedCommit(err error) bool {
+	return err != nil && !errors.Is(err, meta.ErrCommitUnknown)
+}
+
+// waiting returns the requests of st not answered yet.
+func waiting(st *staged) []*request {
+	var out []*request
+	for _, r := range st.batch {
+		if !r.early {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// answerWaiting answers st's requests not answered yet with err.
+func (s *Store) answerWaiting(st *staged, err error) {
+	for _, r := range st.batch {
+		if !r.early {
+			r.done <- err
+		}
+	}
+}
+
+// retryAlone answers requests whose batch failed with err: each is tried
+// again alone, so that one bad request does not fail its neighbours, but
+// not when the database is unreachable: no request is to blame, and each
+// retry would wait for it again.
+func (s *Store) retryAlone(rs []*request, err error) {
+	if len(rs) > 1 && !meta.IsUnavailable(err) && s.behind() == nil {
+		for _, r := range rs {
+			r.done <- s.apply([]*request{r})
+		}
+		return
+	}
+	for _, r := range rs {
+		r.done <- err
+	}
+}
+
+// split takes the answered requests of a failed batch, with their rows and
+// the pack writes holding their records, out of it; the rest are returned
+// to be answered. Pack writes holding only the others' records end now.
+func (s *Store) split(st *staged) (*staged, []*request) {
+	early := &staged{start: st.start, oldest: time.Now(), seq: st.seq, mark: st.mark, rows: st.rows}
+	var rest []*request
+	for _, r := range st.batch {
+		if r.early {
+			early.batch = append(early.batch, r)
+			early.b.Packed = append(early.b.Packed, r.rows...)
+			continue
+		}
+		rest = append(rest, r)
+		// Its bytes stay in the pack, named by no row, if they share a
+		// write with an answered post's.
+		for i := range r.pack {
+			r.pack[i].row.Pack, r.pack[i].row.PackOffset = "", 0
+		}
+	}
+	for _, row := range st.b.Unlock {
+		row.Status = meta.Locked
+	}
+	for _, w := range st.writes {
+		if w.early {
+			early.writes = append(early.writes, w)
+		} else {
+			s.endWrites([]stagedPack{w}, true)
+		}
+	}
+	return early, rest
+}
+
+// recordUntilDone tries the transaction of answered posts' rows again,
+// with a growing delay, until it commits or the store closes: their posts
+// were answered, their records are durable, and their rows must go in
+// before any later batch's. Meanwhile new posts are refused (see behind),
+// batches stage one wrote before that join this one, and their waiting
+// requests are refused too. If the store closes first, the rows stay in
+// the log, for the next start to record (see replay).
+func (s *Store) recordUntilDone(e *staged, written chan *staged, err error) {
+	delay := 50 * time.Millisecond
+	for {
+		select {
+		case <-time.After(delay):
+		case <-s.closing:
+			s.opt.Logger.Warn("closing before the rows of posts already received were recorded; the next start records them from the store's log",
+				"streams", s.pendingRows.Load(), "node", s.opt.Node, "err", err)
+			s.abandoned = true
+			return
+		}
+		delay = min(2*delay, 5*time.Second)
+	join:
+		for {
+			select {
+			case next, ok := <-written:
+				if !ok {
+					break join
+				}
+				if next.err != nil {
+					s.answerWaiting(next, next.err)
+					s.advance(next.seq)
+					continue
+				}
+				if next.rows == 0 {
+					s.endWrites(next.writes, true)
+					s.answerWaiting(next, fmt.Errorf("%w: %w", ErrBehind, err))
+					s.advance(next.seq)
+					continue
+				}
+				ne, rest := s.split(next)
+				for _, r := range rest {
+					r.done <- fmt.Errorf("%w: %w", ErrBehind, err)
+				}
+				e = merge(e, ne)
+			default:
+				break join
+			}
+		}
+		e.oldest = time.Now()
+		if err = s.commitRows(e); err == nil {
+			s.endWrites(e.writes, false)
+			s.recorded(e)
+			return
+		}
+		s.fail(err)
+	}
+}
+
+// fail sets the error that refuses new posts while answered posts' rows
+// cannot be recorded, and logs it (the first time, then at most once a
+// minute).
+func (s *Store) fail(err error) {
+	s.failMu.Lock()
+	s.failing = err
+	s.failMu.Unlock()
+	s.failLog.Observe(s.opt.Logger, slog.LevelError, err,
+		"cannot record the streams of posts already received; new posts are refused until they are",
+		"the metadata database recorded the streams of posts received while it failed",
+		"node", s.opt.Node, "streams", s.pendingRows.Load())
+}
+
+// recorded notes that st's transaction committed: its answered posts' rows
+// are in the database.
+func (s *Store) recorded(st *staged) {
+	s.pendingRows.Add(-int64(st.rows))
+	s.failMu.Lock()
+	was := s.failing
+	s.failing = nil
+	s.failMu.Unlock()
+	if was != nil {
+		s.failLog.Observe(s.opt.Logger, slog.LevelError, nil, "",
+			"the metadata database recorded the streams of posts received while it failed", "node", s.opt.Node)
+	}
+	s.advance(st.seq)
+	s.retryLeftovers()
+}
+
+// advance notes that every batch up to seq is done with (see Sync).
+func (s *Store) advance(seq uint64) {
+	s.syncMu.Lock()
+	if seq > s.synced {
+		s.synced = seq
+		close(s.syncCh)
+		s.syncCh = make(chan struct{})
+	}
+	s.syncMu.Unlock()
+}
+
+// Sync waits until the rows of every post answered before it was called
+// are in the metadata database (with store.commit: log a post is answered
+// before them), or ctx ends, or the store closes. A caller that was told
+// of a post sees it in the database after Sync; the rows are usually
+// there within milliseconds.
+func (s *Store) Sync(ctx context.Context) error {
+	target := s.acked.Load()
+	for {
+		s.syncMu.Lock()
+		done, ch := s.synced >= target, s.syncCh
+		s.syncMu.Unlock()
+		if done {
+			return nil
+		}
+		// Stage two need not wait for more batches to join.
+		select {
+		case s.hurry <- struct{}{}:
+		default:
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.done:
+			return ErrClosed
+		}
+	}
+}
+
+// apply makes a set of requests durable, both stages at once, outside the
+// order of stage one's batches: their records are not answered early, and
+// the log's mark is not moved.
 func (s *Store) apply(batch []*request) error {
 	st := s.stage(batch)
 	if st.err != nil {
 		return st.err
 	}
-	return s.commitRows(st)
+	st.mark = nil
+	err := s.commitRows(st)
+	s.endWrites(st.writes, failedCommit(err))
+	return err
 }
 
 // stage is stage one: the directory entries of the batch's own-file
@@ -206,27 +582,89 @@ func (s *Store) stage(batch []*request) *staged {
 		st.b.Forget = append(st.b.Forget, r.forget...)
 		st.b.Unlock = append(st.b.Unlock, r.unlock...)
 	}
-	var items []*packItem
-	for _, r := range batch {
-		for i := range r.pack {
-			items = append(items, &r.pack[i])
+	var posts []packPost
+	need := 0
+	for _, row := range st.b.Create {
+		if row.ID == 0 {
+			need++
 		}
 	}
-	if len(items) > 0 {
-		w, err := s.writePack(items)
+	for _, r := range batch {
+		if len(r.pack) == 0 {
+			continue
+		}
+		pp := packPost{kind: recPostSync}
+		if r.early {
+			pp.kind = recPost
+		}
+		for i := range r.pack {
+			pp.items = append(pp.items, &r.pack[i])
+			if r.pack[i].row.ID == 0 {
+				need++
+			}
+		}
+		posts = append(posts, pp)
+	}
+	// Ids first: a record names its rows'. Streams with files of their
+	// own take theirs from the same reservations, so that ids follow the
+	// order streams arrive in, whatever their size.
+	if need > 0 {
+		ids, err := s.ids.take(need)
 		if err != nil {
 			st.err = err
 			return st
 		}
-		st.writes = append(st.writes, stagedPack{w: w, items: items})
-		for _, it := range items {
-			st.b.Packed = append(st.b.Packed, it.row)
+		for _, row := range st.b.Create {
+			if row.ID == 0 {
+				row.ID, ids = ids[0], ids[1:]
+			}
+		}
+		for _, pp := range posts {
+			for _, it := range pp.items {
+				if it.row.ID == 0 {
+					it.row.ID, ids = ids[0], ids[1:]
+				}
+			}
 		}
 	}
+	if len(posts) == 0 {
+		return st
+	}
+	now := s.opt.Now().UnixMilli()
+	for _, pp := range posts {
+		for _, it := range pp.items {
+			it.row.StatusMs = now
+		}
+	}
+	w, err := s.writePack(posts)
+	if err != nil {
+		st.err = err
+		return st
+	}
+	sp := stagedPack{w: w}
+	for _, r := range batch {
+		r.rows = r.rows[:0]
+		for i := range r.pack {
+			row := r.pack[i].row
+			sp.items = append(sp.items, &r.pack[i])
+			if r.early {
+				row.Status = meta.Unlocked
+				c := *row
+				row = &c
+				st.rows++
+				sp.early = true
+			}
+			r.rows = append(r.rows, row)
+		}
+		st.b.Packed = append(st.b.Packed, r.rows...)
+	}
+	st.writes = append(st.writes, sp)
+	st.mark = &meta.LogMark{Node: s.opt.Node, Pack: w.rel, End: w.end}
 	return st
 }
 
-// commitRows is stage two: the batch's rows, in one transaction.
+// commitRows is stage two: the batch's rows, in one transaction, with the
+// log's mark. It does not end the batch's pack writes (see endWrites).
 func (s *Store) commitRows(st *staged) error {
 	now := s.opt.Now().UnixMilli()
 	for _, row := range st.b.Unlock {
@@ -244,15 +682,10 @@ func (s *Store) commitRows(st *staged) error {
 		ctx, cancel = context.WithDeadline(ctx, st.oldest.Add(t))
 		defer cancel()
 	}
+	st.b.Mark = st.mark
 	err := s.repo.Apply(ctx, &st.b)
 	if err != nil && ctx.Err() != nil {
 		err = fmt.Errorf("the metadata database did not commit within %v (%w): %w", s.opt.CommitTimeout, ctx.Err(), err)
-	}
-	// A commit in doubt (its answer lost, meta.ErrCommitUnknown) may have
-	// committed rows that name the batch's bytes: they stay in the pack.
-	failed := err != nil && !errors.Is(err, meta.ErrCommitUnknown)
-	for _, p := range st.writes {
-		s.packDone(p.w, p.items, failed)
 	}
 	if err != nil {
 		for _, row := range st.b.Unlock {
@@ -262,6 +695,14 @@ func (s *Store) commitRows(st *staged) error {
 		return fmt.Errorf("commit %d streams: %w", len(b.Create)+len(b.Unlock)+len(b.Delete)+len(b.Packed), err)
 	}
 	return nil
+}
+
+// endWrites ends the flights of a batch's pack writes; failed says their
+// rows were certainly not committed, so that their bytes may be given back.
+func (s *Store) endWrites(writes []stagedPack, failed bool) {
+	for _, p := range writes {
+		s.packDone(p.w, p.items, failed && !p.early)
+	}
 }
 
 // leftovers are the rows and forwarded posts of aborted posts whose

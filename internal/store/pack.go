@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,6 +34,13 @@ type packItem struct {
 	data []byte
 }
 
+// packPost is one post's packed streams, written as one record of kind
+// recPost or recPostSync (see logrec.go).
+type packPost struct {
+	items []*packItem
+	kind  byte
+}
+
 const (
 	packDir    = "packs"
 	packSuffix = ".wpk"
@@ -58,6 +66,17 @@ type openPack struct {
 	committed bool
 	// writing is set while a batch is written and synced, outside packMu.
 	writing bool
+	// prev is the end of the log before this pack, which its header
+	// names: the log's end again should the pack go before any batch in
+	// it counts (see rollbackPack).
+	prev logEnd
+}
+
+// logEnd is where the node's log ends: the end of the last record that
+// counts in pack rel.
+type logEnd struct {
+	rel string
+	end int64
 }
 
 // packZeroAhead is how far past a batch's end the pack is zero-filled.
@@ -69,11 +88,12 @@ type packWrite struct {
 	start, end int64
 }
 
-// writePack appends items to the open pack (starting a new one when there
-// is none, it is full or the day changed) and makes them durable, and sets
-// each row's Pack, PackOffset and FileSize. The batch counts as in flight
-// on its pack, which RemoveDeleted leaves alone, until packDone.
-func (s *Store) writePack(items []*packItem) (packWrite, error) {
+// writePack appends posts to the open pack as records (starting a new pack
+// when there is none, it is full or the day changed) and makes them
+// durable, and sets each row's Pack, PackOffset and FileSize. Each row
+// must have its ID. The batch counts as in flight on its pack, which
+// RemoveDeleted leaves alone, until packDone.
+func (s *Store) writePack(posts []packPost) (packWrite, error) {
 	// Stage one writes every batch, but a failed batch is retried request
 	// by request from stage two: writes take turns.
 	s.packWriteMu.Lock()
@@ -87,16 +107,14 @@ func (s *Store) writePack(items []*packItem) (packWrite, error) {
 	// this batch's disk write. p.writing keeps packDone from cutting the
 	// file under this write, and the batch counts as in flight already.
 	w := packWrite{rel: p.rel, start: p.size, end: p.size}
-	var werr error
-	synced := true
-	for _, it := range items {
-		if _, err := p.f.WriteAt(it.data, w.end); err != nil {
-			werr = fmt.Errorf("write pack: %w", err)
-			break
-		}
-		it.row.Pack, it.row.PackOffset, it.row.FileSize = p.rel, w.end, int64(len(it.data))
-		w.end += int64(len(it.data))
+	bufs := s.recordBufs(p, posts)
+	n, werr := fsutil.WriteVAt(p.f, bufs, w.start)
+	if werr != nil {
+		werr = fmt.Errorf("write pack: %w", werr)
+	} else {
+		w.end += n
 	}
+	synced := true
 	if werr == nil {
 		s.zeroAhead(p, w.end)
 		// fdatasync: the pack's name is durable already, and a batch that
@@ -110,8 +128,10 @@ func (s *Store) writePack(items []*packItem) (packWrite, error) {
 	defer s.packMu.Unlock()
 	p.writing = false
 	if werr != nil {
-		for _, it := range items {
-			it.row.Pack, it.row.PackOffset = "", 0
+		for _, pp := range posts {
+			for _, it := range pp.items {
+				it.row.Pack, it.row.PackOffset = "", 0
+			}
 		}
 		s.endFlight(p.rel)
 		s.rollbackPack(w)
@@ -124,6 +144,61 @@ func (s *Store) writePack(items []*packItem) (packWrite, error) {
 	}
 	p.size = w.end
 	return w, nil
+}
+
+// recordBufs lays out the records of posts at the end of pack p (after
+// its header record, if nothing is in it yet) and returns the buffers to
+// write there, back to back; it places each row (Pack, PackOffset,
+// FileSize). Called with packWriteMu held: the header bytes live in
+// s.recBuf until the next batch.
+func (s *Store) recordBufs(p *openPack, posts []packPost) [][]byte {
+	hb := s.recBuf[:0]
+	if p.size == 0 {
+		hb = packHeader{Node: s.opt.Node, Prev: p.prev.rel, PrevEnd: p.prev.end}.appendRecord(hb)
+	}
+	// Each post's frame and rows go into hb first, and are cut from it
+	// once it has stopped growing.
+	type span struct{ start, end int }
+	spans := make([]span, len(posts))
+	rows := make([]*meta.Stream, 0, 4)
+	off := p.size + int64(len(hb))
+	for i, pp := range posts {
+		rows = rows[:0]
+		var size int64
+		for _, it := range pp.items {
+			it.row.FileSize = int64(len(it.data))
+			rows = append(rows, it.row)
+			size += it.row.FileSize
+		}
+		start := len(hb)
+		hb = append(hb, make([]byte, recordFrame)...)
+		hb = appendRows(hb, rows)
+		head := hb[start+recordFrame:]
+		length := len(head) + int(size)
+		crc := crc32.Update(frameCRC(pp.kind, length), castagnoli, head)
+		dataAt := off + recordFrame + int64(len(head))
+		for _, it := range pp.items {
+			crc = crc32.Update(crc, castagnoli, it.data)
+			it.row.Pack, it.row.PackOffset = p.rel, dataAt
+			dataAt += it.row.FileSize
+		}
+		appendFrame(hb[start:start], pp.kind, length, crc)
+		spans[i] = span{start, len(hb)}
+		off = dataAt
+	}
+	s.recBuf = hb
+	bufs := s.iov[:0]
+	if first := spans[0].start; first > 0 {
+		bufs = append(bufs, hb[:first])
+	}
+	for i, pp := range posts {
+		bufs = append(bufs, hb[spans[i].start:spans[i].end])
+		for _, it := range pp.items {
+			bufs = append(bufs, it.data)
+		}
+	}
+	s.iov = bufs
+	return bufs
 }
 
 // startPackWrite returns the pack the next batch goes to, starting a new
@@ -166,7 +241,7 @@ func (s *Store) startPackWrite() (*openPack, error) {
 			_ = os.Remove(path)
 			return nil, err
 		}
-		s.pack = &openPack{f: f, rel: rel, day: day}
+		s.pack = &openPack{f: f, rel: rel, day: day, prev: s.tail}
 	}
 	p := s.pack
 	p.writing = true
@@ -256,6 +331,8 @@ func (s *Store) rollbackPack(w packWrite) {
 		p.f.Close()
 		_ = os.Remove(filepath.Join(s.opt.Root, p.rel))
 		s.pack = nil
+		// Nothing in it counts: the log ends where it did before.
+		s.tail = p.prev
 		return
 	}
 	if err := p.f.Truncate(w.start); err != nil {
@@ -278,6 +355,8 @@ func (s *Store) closePack() {
 		if err := s.pack.f.Close(); err != nil {
 			s.opt.Logger.Warn("close pack", "pack", s.pack.rel, "err", err)
 		}
+		// The next pack's header names this one, and where it ends.
+		s.tail = logEnd{s.pack.rel, s.pack.size}
 		s.pack = nil
 	}
 }

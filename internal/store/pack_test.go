@@ -152,6 +152,49 @@ func packSize(t *testing.T, e *env, pack string) int64 {
 // checkPackEnd checks that the open pack at path holds nothing past its
 // streams' end but the zeros written ahead of the next batch (at most
 // 1 MiB more than a batch's end), or, if closed, ends there.
+// checkPackLog reads pack rel as a log: a header first, then post
+// records back to back, each row's stream file filling the end of its
+// record, and only zeros written ahead past the last. It returns the rows
+// of the post records in order.
+func checkPackLog(t *testing.T, e *env, node, rel string) []meta.Stream {
+	t.Helper()
+	recs, end, err := store.ReadPackRecords(e.root(), node, rel)
+	if err != nil {
+		t.Fatalf("pack %s: %v", rel, err)
+	}
+	if len(recs) == 0 || recs[0].Kind != store.RecPackHeader || recs[0].Start != 0 {
+		t.Fatalf("pack %s does not start with a header record: %+v", rel, recs)
+	}
+	var rows []meta.Stream
+	for i, r := range recs[1:] {
+		if r.Kind == store.RecPackHeader || r.Start != recs[i].End {
+			t.Fatalf("pack %s: record %d (%+v) after %+v", rel, i+1, r, recs[i])
+		}
+		next := r.End
+		for j := len(r.Rows) - 1; j >= 0; j-- {
+			next -= r.Rows[j].FileSize
+			if r.Rows[j].PackOffset != next {
+				t.Fatalf("pack %s: record at %d: stream %d at %d, want %d", rel, r.Start, r.Rows[j].ID, r.Rows[j].PackOffset, next)
+			}
+		}
+		rows = append(rows, r.Rows...)
+	}
+	if err := checkPackEnd(filepath.Join(e.root(), rel), end); err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// firstStreamAt is where the first stream file of a new pack starts.
+func firstStreamAt(t *testing.T, e *env, node, rel string) int64 {
+	t.Helper()
+	rows := checkPackLog(t, e, node, rel)
+	if len(rows) == 0 {
+		t.Fatalf("pack %s holds no post", rel)
+	}
+	return rows[0].PackOffset
+}
+
 func checkPackEnd(path string, end int64) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -309,19 +352,21 @@ func TestPackConcurrentSmallPosts(t *testing.T) {
 			}
 			byPack[r.Pack] = append(byPack[r.Pack], r)
 		}
-		// Each pack holds its streams back to back from offset 0, without
-		// gaps or overlaps, and nothing else.
+		// Each pack is a log: a header, then a record per post, back to
+		// back, and nothing else; its records name exactly the rows the
+		// database has, at the same places.
 		for pack, in := range byPack {
 			sort.Slice(in, func(i, j int) bool { return in[i].PackOffset < in[j].PackOffset })
-			var next int64
-			for _, r := range in {
-				if r.PackOffset != next {
-					t.Fatalf("pack %s: stream %d at offset %d, want %d", pack, r.ID, r.PackOffset, next)
-				}
-				next += r.FileSize
+			logged := checkPackLog(t, e, "n1", pack)
+			if len(logged) != len(in) {
+				t.Fatalf("pack %s: %d rows in its records, %d in the database", pack, len(logged), len(in))
 			}
-			if err := checkPackEnd(filepath.Join(e.root(), pack), next); err != nil {
-				t.Fatal(err)
+			for i, r := range in {
+				l := logged[i]
+				if l.ID != r.ID || l.PackOffset != r.PackOffset || l.FileSize != r.FileSize || l.Feed != r.Feed ||
+					l.ReceiptID != r.ReceiptID || l.RawSize != r.RawSize || l.Parts != r.Parts {
+					t.Fatalf("pack %s: record row %+v, database row %+v", pack, l, r)
+				}
 			}
 		}
 		// Nothing but the packs is on disk: no stream files, no lock files,
@@ -474,11 +519,11 @@ func TestPackSpill(t *testing.T) {
 			if bg.ID == 0 || bg.ID >= sm.ID || sm.ID != ws.ID() || bg.ID != wb.ID() {
 				t.Fatalf("ids not in creation order: big %d, small %d", bg.ID, sm.ID)
 			}
-			if bg.Pack != "" || sm.Pack == "" || sm.PackOffset != 0 {
+			if bg.Pack != "" || sm.Pack == "" || sm.PackOffset != firstStreamAt(t, e, "N1", sm.Pack) {
 				t.Fatalf("packs: big %q, small %q at %d", bg.Pack, sm.Pack, sm.PackOffset)
 			}
-			if err := checkPackEnd(filepath.Join(e.root(), sm.Pack), sm.FileSize); err != nil {
-				t.Fatal(err)
+			if rows := checkPackLog(t, e, "N1", sm.Pack); len(rows) != 1 || rows[0].ID != sm.ID {
+				t.Fatalf("pack %s holds %+v, want the small stream only", sm.Pack, rows)
 			}
 			if err := checkStream(s, sm.ID, small); err != nil {
 				t.Fatal(err)
@@ -880,7 +925,7 @@ func TestPackSegments(t *testing.T) {
 
 		a := commit("SEG-A", []byte("first"))
 		b := commit("SEG-B", []byte("second"))
-		if a.Pack == "" || b.Pack != a.Pack || b.PackOffset != a.PackOffset+a.FileSize {
+		if rows := checkPackLog(t, e, "n1", a.Pack); len(rows) != 2 || rows[0].ID != a.ID || rows[1].ID != b.ID {
 			t.Fatalf("two batches: A in %q at %d (%d bytes), B in %q at %d; want B right after A in one pack",
 				a.Pack, a.PackOffset, a.FileSize, b.Pack, b.PackOffset)
 		}
@@ -901,12 +946,16 @@ func TestPackSegments(t *testing.T) {
 			t.Fatalf("pack is %d bytes after a failed batch, want %d (cut back)", got, end)
 		}
 		c := commit("SEG-C", randomBytes(9, 7<<10)) // takes the pack past its segment size
-		if c.Pack != a.Pack || c.PackOffset != end {
-			t.Fatalf("after the failed batch: C in %q at %d, want %q at %d", c.Pack, c.PackOffset, a.Pack, end)
+		if rows := checkPackLog(t, e, "n1", a.Pack); c.Pack != a.Pack || len(rows) != 3 || rows[2].ID != c.ID {
+			t.Fatalf("after the failed batch: C in %q at %d, want %q right after %d", c.Pack, c.PackOffset, a.Pack, end)
 		}
 		d := commit("SEG-D", []byte("next pack"))
-		if d.Pack == "" || d.Pack == a.Pack || d.PackOffset != 0 {
-			t.Fatalf("after the segment size: D in %q at %d, want a new pack at 0", d.Pack, d.PackOffset)
+		if d.Pack == "" || d.Pack == a.Pack || d.PackOffset != firstStreamAt(t, e, "n1", d.Pack) {
+			t.Fatalf("after the segment size: D in %q at %d, want a new pack's first", d.Pack, d.PackOffset)
+		}
+		// The new pack names the one before it in the log, and its end.
+		if recs, _, err := store.ReadPackRecords(e.root(), "n1", d.Pack); err != nil || recs[0].Header.Prev != a.Pack || recs[0].Header.PrevEnd != packSize(t, e, a.Pack) {
+			t.Fatalf("new pack's header %+v (%v), want %s ending at %d", recs, err, a.Pack, packSize(t, e, a.Pack))
 		}
 		if got := packFiles(t, e.root()); len(got) != 2 {
 			t.Fatalf("packs %v, want 2", got)
@@ -1203,7 +1252,7 @@ func TestPackTruncated(t *testing.T) {
 			t.Fatal(err)
 		}
 		a, b := streams[0], streams[1]
-		if a.Pack == "" || a.Pack != b.Pack || b.PackOffset != a.FileSize {
+		if a.Pack == "" || a.Pack != b.Pack || b.PackOffset != a.PackOffset+a.FileSize {
 			t.Fatalf("streams %+v %+v", a, b)
 		}
 		packPath := filepath.Join(e.root(), a.Pack)
@@ -1237,7 +1286,7 @@ func TestPackTruncated(t *testing.T) {
 			b.PackOffset + b.FileSize/2,   // into B's blocks
 			b.PackOffset + 10,             // into B's header
 			b.PackOffset,                  // B entirely
-			a.FileSize / 2,                // into A
+			a.PackOffset + a.FileSize/2,   // into A
 		} {
 			if err := os.Truncate(packPath, size); err != nil {
 				t.Fatal(err)

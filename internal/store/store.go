@@ -24,6 +24,7 @@ import (
 	"github.com/weirhq/weir/internal/attr"
 	"github.com/weirhq/weir/internal/fsutil"
 	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/repeatlog"
 	"github.com/weirhq/weir/internal/streamfile"
 )
 
@@ -45,6 +46,8 @@ type Repo interface {
 	PackRemovals(ctx context.Context, node string) ([]string, error)
 	DonePackRemoval(ctx context.Context, pack string) error
 	CompactPack(ctx context.Context, node, old, newPack string, moves []meta.PackMove, purge []int64) error
+	ReserveStreamIDs(ctx context.Context, n int) ([]meta.IDRange, error)
+	LogMark(ctx context.Context, node string) (meta.LogMark, bool, error)
 }
 
 // Options configures a Store.
@@ -74,6 +77,11 @@ type Options struct {
 	// of packs before each pack and before the transaction that repoints
 	// the rows, and each stops when it fails.
 	Held func() error
+	// Log makes the store answer a post whose streams are all packed as
+	// soon as its record (rows and bytes) is durable in the pack, and
+	// insert its rows after (store.commit: log); Sync waits for them.
+	// Otherwise every post waits for its rows' transaction.
+	Log bool
 	// CommitTimeout bounds each group commit's metadata transaction: a
 	// database that does not answer within it (cut off without a reset,
 	// or stuck) fails the batch, and its posts are refused, instead of
@@ -108,6 +116,33 @@ type Store struct {
 	closeMu     sync.RWMutex // held for reading while a request is submitted; Close takes it to stop submissions
 	closed      bool
 	left        leftovers // rows of aborted posts still to remove (see retryLeftovers)
+	// closing is closed when Close begins: a transaction of answered
+	// posts' rows that keeps failing is then left to the next start.
+	closing chan struct{}
+
+	ids *idSource // stream ids for packed rows
+	// tail is where the log ends when no pack is open (guarded by
+	// packMu): the next pack's header names it.
+	tail   logEnd
+	recBuf []byte   // records' frames and rows (under packWriteMu)
+	iov    [][]byte // a batch's buffers (under packWriteMu)
+
+	// With Options.Log: rows of answered posts not yet inserted, and
+	// the error of their failing transaction (which refuses new posts).
+	pendingRows atomic.Int64
+	failMu      sync.Mutex
+	failing     error
+	failLog     *repeatlog.Failures
+	abandoned   bool // closing with rows not recorded: stage two records no more (its goroutine only)
+
+	// Stage one's batches are numbered; acked is the last one written
+	// (its early posts answered), synced the last one done with by stage
+	// two, and syncCh is closed and replaced when it moves (see Sync).
+	acked  atomic.Uint64
+	syncMu sync.Mutex
+	synced uint64
+	syncCh chan struct{}
+	hurry  chan struct{} // a caller of Sync waits: record now (see more)
 }
 
 // ErrNotReadable is returned by Open for a stream that exists but is not
@@ -135,7 +170,9 @@ func Open(ctx context.Context, repo Repo, codec *streamfile.Codec, opt Options) 
 	if err := os.MkdirAll(opt.Root, 0o750); err != nil {
 		return nil, fmt.Errorf("create store root: %w", err)
 	}
-	s := &Store{opt: opt, repo: repo, codec: codec, commits: make(chan *request, 1024), done: make(chan struct{})}
+	s := &Store{opt: opt, repo: repo, codec: codec, commits: make(chan *request, 1024), done: make(chan struct{}),
+		closing: make(chan struct{}), syncCh: make(chan struct{}), hurry: make(chan struct{}, 1), failLog: repeatlog.New(time.Minute),
+		ids: newIDSource(repo.ReserveStreamIDs, opt.CommitTimeout)}
 	s.packSeq.Store(time.Now().UnixNano())
 	s.packBufs.New = func() any { return new(bytes.Buffer) }
 	if opt.ReadOnly {
@@ -144,6 +181,11 @@ func Open(ctx context.Context, repo Repo, codec *streamfile.Codec, opt Options) 
 		return s, nil
 	}
 	if err := s.recover(ctx); err != nil {
+		return nil, err
+	}
+	// Before orphans are looked for: a pack whose records no transaction
+	// recorded is one only once they are.
+	if err := s.replay(ctx); err != nil {
 		return nil, err
 	}
 	if err := s.removeOrphanPacks(ctx); err != nil {
@@ -167,6 +209,7 @@ func (s *Store) Close() {
 	s.closeMu.Lock()
 	if !s.closed && !s.opt.ReadOnly {
 		s.closed = true
+		close(s.closing)
 		close(s.commits)
 	}
 	s.closeMu.Unlock()

@@ -165,9 +165,22 @@ func (s *Server) CreateFeed(name string, status feed.Status, streamType string) 
 	}
 }
 
-// Streams lists every stream, by id.
+// Sync waits until the rows of every post the server answered are in its
+// database (with store.commit: log they follow the answer): a test that
+// reads the repository directly sees what it posted, as an API call does.
+func (s *Server) Sync() {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.App.Store().Sync(ctx); err != nil {
+		s.t.Fatalf("wait for the rows of answered posts: %v", err)
+	}
+}
+
+// Streams lists every stream, by id (after Sync).
 func (s *Server) Streams() []meta.Stream {
 	s.t.Helper()
+	s.Sync()
 	st, err := s.App.Repo().ListStreams(context.Background(), meta.StreamFilter{})
 	if err != nil {
 		s.t.Fatalf("list streams: %v", err)
@@ -178,6 +191,7 @@ func (s *Server) Streams() []meta.Stream {
 // Read returns the bytes of one channel of one part (0-based) of a stream.
 func (s *Server) Read(id int64, ch streamfile.Channel, part int) []byte {
 	s.t.Helper()
+	s.Sync()
 	r, err := s.App.Store().Open(context.Background(), id)
 	if err != nil {
 		s.t.Fatalf("open stream %d: %v", id, err)

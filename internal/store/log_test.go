@@ -1,0 +1,437 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/internal/meta"
+	"github.com/weirhq/weir/internal/store"
+	"github.com/weirhq/weir/internal/streamfile"
+)
+
+// gateRepo holds back, or fails, the transactions that insert packed rows
+// (the recording of a log-mode store's answered posts).
+type gateRepo struct {
+	*meta.Repo
+	mu      sync.Mutex
+	gate    chan struct{} // while not nil, such a transaction waits for it to close
+	fail    error         // while set, such a transaction fails with it
+	entered chan struct{} // told (without blocking) when one starts waiting at the gate
+	applies atomic.Int64  // such transactions that reached the database
+}
+
+func newGateRepo(r *meta.Repo) *gateRepo {
+	return &gateRepo{Repo: r, entered: make(chan struct{}, 1)}
+}
+
+func (r *gateRepo) Apply(ctx context.Context, b *meta.Batch) error {
+	if len(b.Packed) > 0 {
+		r.mu.Lock()
+		gate := r.gate
+		r.mu.Unlock()
+		if gate != nil {
+			select {
+			case r.entered <- struct{}{}:
+			default:
+			}
+			<-gate
+		}
+		r.mu.Lock()
+		err := r.fail
+		r.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		r.applies.Add(1)
+	}
+	return r.Repo.Apply(ctx, b)
+}
+
+func (r *gateRepo) hold() {
+	r.mu.Lock()
+	r.gate = make(chan struct{})
+	r.mu.Unlock()
+}
+
+func (r *gateRepo) release() {
+	r.mu.Lock()
+	if r.gate != nil {
+		close(r.gate)
+		r.gate = nil
+	}
+	r.mu.Unlock()
+}
+
+func (r *gateRepo) setFail(err error) {
+	r.mu.Lock()
+	r.fail = err
+	r.mu.Unlock()
+}
+
+// openLog opens a store in log mode (store.commit: log) on repo.
+func (e *env) openLog(t *testing.T, repo store.Repo, segment int64) *store.Store {
+	t.Helper()
+	s, err := store.Open(context.Background(), repo, e.codec, store.Options{
+		Root: e.root(), Node: "n1", BlockSize: 4096, PackMax: packMax, PackSegment: segment, Log: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// logged is a post a log-mode store answered, and what it holds.
+type logged struct {
+	row  meta.Stream
+	secs []section
+}
+
+// postSmall commits one small post of content (g, i) and returns its row.
+func postSmall(s *store.Store, feed string, g, i int) (logged, error) {
+	secs := smallPost(g, i)
+	post := s.Begin()
+	w, err := post.NewStream(context.Background(), spec(feed))
+	if err != nil {
+		return logged{}, err
+	}
+	if err := writeSections(w, secs); err != nil {
+		post.Abort()
+		return logged{}, err
+	}
+	streams, err := post.Commit(context.Background())
+	if err != nil {
+		return logged{}, err
+	}
+	return logged{streams[0], secs}, nil
+}
+
+// checkLogged checks that every answered post is in the database, as it
+// was answered, and reads back exactly; and that nothing else is.
+func checkLogged(t *testing.T, e *env, s *store.Store, posts []logged) {
+	t.Helper()
+	rows := allRows(t, e)
+	if len(rows) != len(posts) {
+		t.Errorf("%d rows for %d answered posts", len(rows), len(posts))
+	}
+	for _, p := range posts {
+		got, err := e.repo.GetStream(context.Background(), p.row.ID)
+		if err != nil {
+			t.Errorf("answered stream %d (%s): %v", p.row.ID, p.row.ReceiptID, err)
+			continue
+		}
+		w := p.row
+		if got.Status != meta.Unlocked || got.Pack != w.Pack || got.PackOffset != w.PackOffset || got.FileSize != w.FileSize ||
+			got.Feed != w.Feed || got.ReceiptID != w.ReceiptID || got.RawSize != w.RawSize || got.Parts != w.Parts ||
+			got.CreateMs != w.CreateMs || got.EffectiveMs != w.EffectiveMs {
+			t.Errorf("stream %d: row %+v, answered as %+v", w.ID, got, w)
+		}
+		if err := checkStream(s, w.ID, p.secs); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestLogAnswersBeforeRows: in log mode a small post is answered once its
+// record is durable, before its row is in the database; Sync waits for
+// the row, and the row is the one the post was answered with.
+func TestLogAnswersBeforeRows(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		repo := newGateRepo(e.repo)
+		s := e.openLog(t, repo, 0)
+		repo.hold()
+		p, err := postSmall(s, "EARLY", 1, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.row.ID == 0 || p.row.Pack == "" || p.row.Status != meta.Unlocked {
+			t.Fatalf("answered with %+v", p.row)
+		}
+		if _, err := e.repo.GetStream(context.Background(), p.row.ID); !errors.Is(err, meta.ErrNotFound) {
+			t.Fatalf("row before its transaction: %v", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		if err := s.Sync(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Sync while the row waits: %v", err)
+		}
+		cancel()
+		repo.release()
+		if err := s.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		checkLogged(t, e, s, []logged{p})
+
+		// A big post (a file of its own) waits for its transaction, as in
+		// transaction mode: its row is there when it is answered.
+		post := s.Begin()
+		w, err := post.NewStream(context.Background(), spec("BIG"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		big := []section{{streamfile.Data, 0, randomBytes(7, 2*packMax)}}
+		if err := writeSections(w, big); err != nil {
+			t.Fatal(err)
+		}
+		streams, err := post.Commit(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := e.repo.GetStream(context.Background(), streams[0].ID); err != nil || got.Status != meta.Unlocked || got.Pack != "" {
+			t.Fatalf("big stream answered: row %+v, %v", got, err)
+		}
+		if streams[0].ID <= p.row.ID {
+			t.Errorf("big stream id %d after small %d", streams[0].ID, p.row.ID)
+		}
+	})
+}
+
+// TestLogReplayAfterStop: posts answered while their transaction could
+// not commit (held back, then failing as the store closed, as a crash
+// leaves them) are recorded by the next start from the log, across every
+// pack it spans, with the ids and places they were answered with; a torn
+// record after them is left, and a further start records nothing again.
+func TestLogReplayAfterStop(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		repo := newGateRepo(e.repo)
+		s, err := store.Open(context.Background(), repo, e.codec, store.Options{
+			Root: e.root(), Node: "n1", BlockSize: 4096, PackMax: packMax, PackSegment: 16 << 10, Log: true,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Some posts recorded before, as usual.
+		var posts []logged
+		for i := range 3 {
+			p, err := postSmall(s, "BEFORE", 0, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			posts = append(posts, p)
+		}
+		if err := s.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		repo.hold()
+		// Posts from several senders while the transaction hangs: all
+		// answered, from stage one, over several packs.
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for g := 1; g <= 4; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 10 {
+					p, err := postSmall(s, fmt.Sprintf("HELD-%d", g), g, i)
+					if err != nil {
+						t.Errorf("post %d/%d: %v", g, i, err)
+						return
+					}
+					mu.Lock()
+					posts = append(posts, p)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		packs := map[string]bool{}
+		for _, p := range posts {
+			packs[p.row.Pack] = true
+		}
+		if len(packs) < 3 {
+			t.Fatalf("posts in %d packs, want several", len(packs))
+		}
+		// The store closes while the database fails: the rows stay in the
+		// log only.
+		repo.setFail(errors.New("injected: the database is gone"))
+		closed := make(chan struct{})
+		go func() { s.Close(); close(closed) }()
+		time.Sleep(20 * time.Millisecond)
+		repo.release()
+		select {
+		case <-closed:
+		case <-time.After(20 * time.Second):
+			t.Fatal("Close did not return while the database failed")
+		}
+		if n := len(allRows(t, e)); n != 3 {
+			t.Fatalf("%d rows before the start that replays, want the 3 recorded", n)
+		}
+		// A record torn by the crash after the last one: its first half.
+		last := posts[len(posts)-1].row
+		for _, p := range posts {
+			if p.row.Pack == last.Pack && p.row.PackOffset > last.PackOffset {
+				last = p.row
+			}
+		}
+		recs, end, err := store.ReadPackRecords(e.root(), "n1", last.Pack)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tail := recs[len(recs)-1]
+		f, err := os.OpenFile(filepath.Join(e.root(), last.Pack), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		half := make([]byte, (tail.End-tail.Start)/2)
+		if _, err := f.ReadAt(half, tail.Start); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(half, end); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+
+		s2 := e.openLog(t, e.repo, 16<<10)
+		checkLogged(t, e, s2, posts)
+		mark, ok, err := e.repo.LogMark(context.Background(), "n1")
+		if err != nil || !ok || mark.Pack != last.Pack || mark.End != end {
+			t.Fatalf("mark after replay %+v %v %v, want %s at %d", mark, ok, err, last.Pack, end)
+		}
+		// New posts go on from there, into a new pack that names the last.
+		p, err := postSmall(s2, "AFTER", 9, 9)
+		if err != nil {
+			t.Fatal(err)
+		}
+		posts = append(posts, p)
+		if p.row.Pack == last.Pack {
+			t.Fatalf("a post after replay went into the replayed pack %s", p.row.Pack)
+		}
+		hdr, _, err := store.ReadPackRecords(e.root(), "n1", p.row.Pack)
+		if err != nil || hdr[0].Header.Prev != last.Pack || hdr[0].Header.PrevEnd != end {
+			t.Fatalf("new pack's header %+v (%v), want %s at %d", hdr[0].Header, err, last.Pack, end)
+		}
+		s2.Close()
+		s3 := e.openLog(t, e.repo, 16<<10)
+		checkLogged(t, e, s3, posts)
+	})
+}
+
+// TestLogFailingRefusesPosts: while the rows of answered posts cannot be
+// recorded, new posts are refused with ErrBehind (nothing more is answered
+// that the database cannot take); once it answers again, the rows go in,
+// in order, and posts are taken again.
+func TestLogFailingRefusesPosts(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		repo := newGateRepo(e.repo)
+		s := e.openLog(t, repo, 0)
+		repo.setFail(errors.New("injected: the database refuses"))
+		var posts []logged
+		var refused error
+		for i := 0; i < 1000 && refused == nil; i++ {
+			p, err := postSmall(s, "FAILING", 1, i)
+			if err != nil {
+				refused = err
+				break
+			}
+			posts = append(posts, p)
+			time.Sleep(time.Millisecond)
+		}
+		if !errors.Is(refused, store.ErrBehind) {
+			t.Fatalf("after %d posts answered: %v, want ErrBehind", len(posts), refused)
+		}
+		if len(posts) == 0 {
+			t.Fatal("no post answered before the failure was known")
+		}
+		for i := range 3 {
+			if _, err := postSmall(s, "FAILING", 2, i); !errors.Is(err, store.ErrBehind) {
+				t.Fatalf("post while failing: %v", err)
+			}
+		}
+		repo.setFail(nil)
+		if err := s.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			p, err := postSmall(s, "RECOVERED", 3, 0)
+			if err == nil {
+				posts = append(posts, p)
+				break
+			}
+			if !errors.Is(err, store.ErrBehind) || time.Now().After(deadline) {
+				t.Fatalf("post after the database recovered: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := s.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		checkLogged(t, e, s, posts)
+	})
+}
+
+// TestLogWaitingRecordsNotReplayed: a post that waits for its transaction
+// (here, one a trusted forwarder sent with a GUID) and failed is not
+// brought back by the next start's replay, though its record is in the
+// log; one that succeeded is there once.
+func TestLogWaitingRecordsNotReplayed(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		repo := newGateRepo(e.repo)
+		s := e.openLog(t, repo, 0)
+		forwarded := func(guid string, g int) (logged, error) {
+			post := s.Begin()
+			post.SetForward(meta.ForwardKey{Sender: "proxy-1", GUID: guid})
+			w, err := post.NewStream(context.Background(), spec("FORWARDED"))
+			if err != nil {
+				return logged{}, err
+			}
+			secs := smallPost(g, 0)
+			if err := writeSections(w, secs); err != nil {
+				return logged{}, err
+			}
+			streams, err := post.Commit(context.Background())
+			if err != nil {
+				return logged{}, err
+			}
+			return logged{streams[0], secs}, nil
+		}
+		ok, err := forwarded("guid-ok", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := e.repo.GetStream(context.Background(), ok.row.ID); err != nil || got.Status != meta.Unlocked {
+			t.Fatalf("a forwarded post's row when answered: %+v %v", got, err)
+		}
+		repo.setFail(errors.New("injected"))
+		if _, err := forwarded("guid-failed", 2); err == nil {
+			t.Fatal("a forwarded post succeeded with a failing transaction")
+		}
+		repo.setFail(nil)
+		s.Close()
+		s2 := e.openLog(t, e.repo, 0)
+		checkLogged(t, e, s2, []logged{ok})
+		if rid, found, err := e.repo.ForwardedReceipt(context.Background(), meta.ForwardKey{Sender: "proxy-1", GUID: "guid-failed"}); err != nil || found {
+			t.Fatalf("the failed forwarded post is recorded (%q, %v)", rid, err)
+		}
+	})
+}
+
+// TestLogReplayKeepsRowsInPlace: rows already in the database are left as
+// they are by a replay that meets their records again (here, with the
+// mark gone, the whole log): no duplicates, no changes.
+func TestLogReplayKeepsRowsInPlace(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		s := e.openLog(t, e.repo, 8<<10)
+		var posts []logged
+		for i := range 12 {
+			p, err := postSmall(s, "KEPT", 4, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			posts = append(posts, p)
+		}
+		s.Close()
+		// The mark back at the log's start.
+		if err := e.repo.Apply(context.Background(), &meta.Batch{Mark: &meta.LogMark{Node: "n1"}}); err != nil {
+			t.Fatal(err)
+		}
+		s2 := e.openLog(t, e.repo, 8<<10)
+		checkLogged(t, e, s2, posts)
+	})
+}
