@@ -190,7 +190,7 @@ type staged struct {
 	seq    uint64    // its place in stage one's order (commitLoop's batches)
 	// mark is where the log ends after its last pack write: its
 	// transaction records it (see meta.LogMark).
-	mark *meta.LogMark
+	mark    *meta.LogMark
 	rows    int // rows of early requests: answered, waiting for its transaction
 	waiting int // requests not answered yet
 }
