@@ -749,6 +749,7 @@ func TestDatafeedHealthAndMetrics(t *testing.T) {
 	// Unknown feeds share one label value, so senders cannot add series.
 	waitMetric(t, s, `weir_receive_requests_total{feed="-",outcome="rejected",status="110"}`, 1)
 	waitMetric(t, s, `weir_receive_bytes_total{feed="TEST-FEED"}`, 18)
+	s.Sync() // the posts' rows may follow their answers
 	if v := metric(t, s, "weir_store_commit_batch_size_count"); v < 1 {
 		t.Errorf("weir_store_commit_batch_size_count %g", v)
 	}

@@ -372,6 +372,40 @@ func checkRefusal(t *testing.T, p sent) {
 	}
 }
 
+// answeredOrRefused checks a post sent during an outage: with store.commit:
+// log (the default) a small post may be answered 200, its record durable
+// in the store's log, until the transaction of answered posts' rows has
+// failed (checkStored then finds it stored); otherwise it must be refused
+// as checkRefusal says. It reports whether the post was refused.
+func answeredOrRefused(t *testing.T, p sent) bool {
+	t.Helper()
+	if p.err == nil && p.code == http.StatusOK {
+		return false
+	}
+	checkRefusal(t, p)
+	return true
+}
+
+// refuseSoon posts until a post is refused, as one must be once the
+// transaction of answered posts' rows has failed, within bound, and
+// returns every post it sent.
+func refuseSoon(t *testing.T, s *apptest.Server, bound time.Duration, body string) []sent {
+	t.Helper()
+	var out []sent
+	deadline := time.Now().Add(bound)
+	for i := 0; ; i++ {
+		p := postOnce(s, []byte(fmt.Sprintf("%s %d\n", body, i)))
+		out = append(out, p)
+		if answeredOrRefused(t, p) {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("posts still answered %v into the outage", bound)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // logRefusals logs each distinct reason posts were refused for.
 func logRefusals(t *testing.T, posts []sent) {
 	t.Helper()
@@ -510,13 +544,19 @@ func TestMetadataDatabasePartition(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	refused := false
 	for _, p := range posts[3:] {
-		checkRefusal(t, p)
-		t.Logf("refused after %v: %s", p.took.Round(time.Millisecond), p.errText)
 		// A bound on a hang, far above the timeout: not a measure of speed.
 		if p.took > 15*timeout {
 			t.Errorf("post %q was answered after %v, with receive.databaseTimeout %v", p.body, p.took, timeout)
 		}
+		if answeredOrRefused(t, p) {
+			refused = true
+			t.Logf("refused after %v: %s", p.took.Round(time.Millisecond), p.errText)
+		}
+	}
+	if !refused {
+		posts = append(posts, refuseSoon(t, s, 15*timeout, "held event later")...)
 	}
 	if r := readyz(t, s); r.code != http.StatusServiceUnavailable || !strings.Contains(r.body, "metadata database unavailable") {
 		t.Errorf("/readyz during the partition: %d %q", r.code, r.body)
@@ -532,51 +572,76 @@ func TestMetadataDatabasePartition(t *testing.T) {
 
 // TestMetadataDatabaseLockedSQLite: another process (an operator's sqlite3
 // shell, say) holds SQLite's write lock longer than the busy timeout.
-// Posts meanwhile are refused with 503 and Retry-After (they were 500, as
-// for a bug), nothing half-stored is visible, and posts are accepted again
-// as soon as the lock is released.
+//
+// With store.commit: transaction, posts meanwhile are refused with 503 and
+// Retry-After (they were 500, as for a bug). With store.commit: log (the
+// default), a small post is answered all the same, its record durable in
+// the store's log, and its row goes in once the lock is released; once the
+// transaction of those rows has failed (past the busy timeout), posts are
+// refused with 503 and Retry-After until it succeeds. Either way nothing
+// half-stored is visible, nothing answered is lost, and posts are accepted
+// again as soon as the lock is released.
 func TestMetadataDatabaseLockedSQLite(t *testing.T) {
 	if os.Getenv("WEIR_TEST_DB") == "postgres" {
 		t.Skip("a SQLite test; TestMetadataDatabaseDown is PostgreSQL's")
 	}
-	t.Parallel()
-	s := start(t, nil)
-	var posts []sent
-	p := postOnce(s, []byte("before the lock\n"))
-	if p.code != http.StatusOK {
-		t.Fatalf("before the lock: %d %q", p.code, p.errText)
-	}
-	posts = append(posts, p)
+	for _, mode := range []string{config.CommitTransaction, config.CommitLog} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			s := start(t, func(c *config.Config) { c.Store.Commit = mode })
+			var posts []sent
+			p := postOnce(s, []byte("before the lock\n"))
+			if p.code != http.StatusOK {
+				t.Fatalf("before the lock: %d %q", p.code, p.errText)
+			}
+			posts = append(posts, p)
 
-	db, err := sql.Open("sqlite", filepath.Join(s.Cfg.Data, meta.SQLiteFile))
-	if err != nil {
-		t.Fatal(err)
+			db, err := sql.Open("sqlite", filepath.Join(s.Cfg.Data, meta.SQLiteFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			ctx := context.Background()
+			conn, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+				t.Fatalf("take the write lock: %v", err)
+			}
+			p = postOnce(s, []byte("while locked\n"))
+			posts = append(posts, p)
+			if mode == config.CommitLog {
+				if p.code != http.StatusOK {
+					t.Fatalf("a small post while locked: %d %q, want it answered from the log", p.code, p.errText)
+				}
+				// Refused once the transaction of its row has failed.
+				deadline := time.Now().Add(time.Minute)
+				for i := 0; p.code == http.StatusOK; i++ {
+					if time.Now().After(deadline) {
+						t.Fatal("posts still answered a minute into the lock")
+					}
+					time.Sleep(100 * time.Millisecond)
+					p = postOnce(s, []byte(fmt.Sprintf("while locked %d\n", i)))
+					posts = append(posts, p)
+				}
+			}
+			checkRefusal(t, p)
+			if !strings.Contains(p.errText, "the metadata database is unavailable") {
+				t.Errorf("Service-Error %q does not say why", p.errText)
+			}
+			if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+				t.Fatalf("release the write lock: %v", err)
+			}
+			apptest.WaitFor(t, "posts accepted after the lock", func() bool {
+				p := postOnce(s, []byte("after the lock\n"))
+				posts = append(posts, p)
+				return p.code == http.StatusOK
+			})
+			checkStored(t, s, posts)
+		})
 	}
-	defer db.Close()
-	ctx := context.Background()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		t.Fatalf("take the write lock: %v", err)
-	}
-	p = postOnce(s, []byte("while locked\n"))
-	posts = append(posts, p)
-	checkRefusal(t, p)
-	if !strings.Contains(p.errText, "the metadata database is unavailable") {
-		t.Errorf("Service-Error %q does not say why", p.errText)
-	}
-	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
-		t.Fatalf("release the write lock: %v", err)
-	}
-	p = postOnce(s, []byte("after the lock\n"))
-	if p.code != http.StatusOK {
-		t.Fatalf("after the lock: %d %q", p.code, p.errText)
-	}
-	posts = append(posts, p)
-	checkStored(t, s, posts)
 }
 
 // TestMetadataDatabaseCommitAnswerLost: the connection to PostgreSQL fails
@@ -585,7 +650,17 @@ func TestMetadataDatabaseLockedSQLite(t *testing.T) {
 // 200 with its receipt id. It used to answer 503, so that its sender sent
 // the data again and it was stored twice.
 func TestMetadataDatabaseCommitAnswerLost(t *testing.T) {
-	s, relay := outageServer(t, nil)
+	for _, mode := range []string{config.CommitTransaction, config.CommitLog} {
+		t.Run(mode, func(t *testing.T) { testCommitAnswerLost(t, mode) })
+	}
+}
+
+// testCommitAnswerLost is TestMetadataDatabaseCommitAnswerLost with
+// store.commit: mode. With log, the post is answered before its rows'
+// transaction, whose answer is lost: its rows are found committed, and
+// recorded once.
+func testCommitAnswerLost(t *testing.T, mode string) {
+	s, relay := outageServer(t, func(c *config.Config) { c.Store.Commit = mode })
 	var posts []sent
 	for i := range 3 {
 		p := postOnce(s, []byte(fmt.Sprintf("before %d\n", i)))
@@ -598,6 +673,7 @@ func TestMetadataDatabaseCommitAnswerLost(t *testing.T) {
 		relay.loseNextCommitAnswer()
 		p := postOnce(s, []byte(fmt.Sprintf("answer lost %d\n", i)))
 		posts = append(posts, p)
+		s.Sync() // with log, the transaction follows the answer
 		if relay.commitsLost.Load() != int64(i+1) {
 			t.Fatalf("the relay lost %d commit answers, want %d", relay.commitsLost.Load(), i+1)
 		}
@@ -626,7 +702,17 @@ func TestMetadataDatabaseCommitAnswerLost(t *testing.T) {
 // commit for failed, cut back and gave to the next batch: another post's
 // data, or nothing (a stream that could not be read).
 func TestMetadataDatabaseCommitInDoubt(t *testing.T) {
-	s, relay := outageServer(t, nil)
+	for _, mode := range []string{config.CommitTransaction, config.CommitLog} {
+		t.Run(mode, func(t *testing.T) { testCommitInDoubt(t, mode) })
+	}
+}
+
+// testCommitInDoubt is TestMetadataDatabaseCommitInDoubt with store.commit:
+// mode. With log, the post was answered before its rows' transaction, whose
+// outcome cannot be learned: the rows are recorded again once the database
+// is back (a row already there stays as it is), once.
+func testCommitInDoubt(t *testing.T, mode string) {
+	s, relay := outageServer(t, func(c *config.Config) { c.Store.Commit = mode })
 	var posts []sent
 	for i := range 2 {
 		p := postOnce(s, []byte(fmt.Sprintf("before %d\n", i)))
@@ -639,10 +725,19 @@ func TestMetadataDatabaseCommitInDoubt(t *testing.T) {
 	relay.loseNextCommitAnswer()
 	p := postOnce(s, []byte("in doubt\n"))
 	posts = append(posts, p)
+	if mode == config.CommitLog {
+		if p.code != http.StatusOK {
+			t.Fatalf("a small post with store.commit: log: %d %q, want it answered from the log", p.code, p.errText)
+		}
+		apptest.WaitFor(t, "its transaction's answer lost", func() bool { return relay.commitsLost.Load() == 1 })
+		// Refused until the rows are recorded.
+		posts = append(posts, refuseSoon(t, s, time.Minute, "while in doubt")...)
+	} else {
+		checkRefusal(t, p)
+	}
 	if relay.commitsLost.Load() != 1 {
 		t.Fatalf("the relay lost %d commit answers, want 1", relay.commitsLost.Load())
 	}
-	checkRefusal(t, p)
 	relay.downAfterLostCommit.Store(false)
 	relay.set(relayUp)
 	// The cut ended the node lock's session too: wait until it is taken
@@ -883,17 +978,27 @@ func TestMetadataDatabaseOutageZipAndBig(t *testing.T) {
 	if p := postOnce(s, zipBody(0), "Compression", "ZIP"); p.code != http.StatusOK {
 		t.Fatalf("zip before the outage: %d %q", p.code, p.errText)
 	}
+	var answered atomic.Int64 // zips answered during the outage
 	for i, state := range []relayState{relayPartition, relayDown} {
 		relay.set(state)
 		var wg sync.WaitGroup
-		for _, p := range []func() sent{
+		for k, p := range []func() sent{
 			func() sent { return postOnce(s, zipBody(i+1), "Compression", "ZIP") },
 			func() sent { return postOnce(s, big) },
 		} {
 			wg.Go(func() {
 				got := p()
-				checkRefusal(t, got)
-				t.Logf("state %d: refused after %v: %s", state, got.took.Round(time.Millisecond), got.errText)
+				// The zip is small: with store.commit: log it may be
+				// answered from the log (and must then be stored). The big
+				// post waits for its rows.
+				if k == 1 {
+					checkRefusal(t, got)
+				}
+				if answeredOrRefused(t, got) {
+					t.Logf("state %d: refused after %v: %s", state, got.took.Round(time.Millisecond), got.errText)
+				} else {
+					answered.Add(1)
+				}
 				// A bound on a hang, far above the timeout: not a measure of speed.
 				if got.took > 20*timeout {
 					t.Errorf("state %d: a post was answered after %v, with receive.databaseTimeout %v", state, got.took, timeout)
@@ -916,14 +1021,22 @@ func TestMetadataDatabaseOutageZipAndBig(t *testing.T) {
 	// What a refused post left behind shows only after the database has
 	// had time to act on what it was sent before the outage.
 	time.Sleep(timeout)
+	zips := 0
 	for _, st := range s.Streams() {
 		if st.Status != "UNLOCKED" {
 			t.Errorf("stream %d (receipt %s) is %s after the outage", st.ID, st.ReceiptID, st.Status)
 			continue
 		}
+		if st.Parts == 2 {
+			zips++
+		}
 		if data := s.Read(st.ID, streamfile.Data, 0); !whole[string(data)] {
 			t.Errorf("stream %d (receipt %s) holds %d bytes that no post sent whole", st.ID, st.ReceiptID, len(data))
 		}
+	}
+	// The zips before and after, and every one answered during the outage.
+	if want := 2 + int(answered.Load()); zips < want {
+		t.Errorf("%d zip streams, want at least %d (%d answered during the outage)", zips, want, answered.Load())
 	}
 }
 

@@ -85,6 +85,7 @@ func TestHostileHalfClosedPipelined(t *testing.T) {
 				t.Fatal(err)
 			}
 			answers := readAnswers(t, bufio.NewReader(c), len(tc.bodies))
+			s.Sync()
 			for i, r := range answers {
 				id := r.ok(t)
 				st, err := s.App.Repo().ListStreams(t.Context(), meta.StreamFilter{ReceiptID: id})

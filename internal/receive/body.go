@@ -192,7 +192,11 @@ func storeError(err error) error {
 		return &Error{Code: Unavailable, Detail: "weir has as many files open as it may (connections included; see ulimit -n)", Internal: err}
 	}
 	if errors.Is(err, store.ErrBehind) {
-		return &Error{Code: Unavailable, Detail: "the metadata database has not yet recorded the data of posts already received; try again shortly", Internal: err}
+		detail := "the metadata database has not yet recorded the data of posts already received"
+		if meta.IsUnavailable(err) {
+			detail += ": the metadata database is unavailable"
+		}
+		return &Error{Code: Unavailable, Detail: detail, Internal: err}
 	}
 	if meta.IsUnavailable(err) {
 		return dbFailure(UnknownError, err, "storing the data failed")
