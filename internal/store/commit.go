@@ -37,10 +37,10 @@ type request struct {
 // the others).
 const maxBatch = 1024
 
-// stagedQueue is how many batches stage one may have written ahead of the
+// stagedAhead is how many batches stage one may have written ahead of the
 // transactions recording them: with store.commit: log their posts are
 // answered already, and maxPendingRows bounds them.
-const stagedQueue = 1024
+const stagedAhead = 1024
 
 // maxPendingRows bounds the rows of answered posts not yet inserted (and
 // held in memory until they are): past it, posts are refused with 503 (see
@@ -57,14 +57,15 @@ func (s *Store) submit(ctx context.Context, r *request) error {
 	r.ctx = ctx
 	r.at = time.Now()
 	r.done = make(chan error, 1)
+	if err := s.behind(); err != nil {
+		if err := s.awaitRecovery(ctx, err); err != nil {
+			return err
+		}
+	}
 	s.closeMu.RLock()
 	if s.closed {
 		s.closeMu.RUnlock()
 		return ErrClosed
-	}
-	if err := s.behind(); err != nil {
-		s.closeMu.RUnlock()
-		return err
 	}
 	s.commits <- r
 	s.closeMu.RUnlock()
@@ -90,6 +91,45 @@ func (s *Store) behind() error {
 		return fmt.Errorf("%w: %d streams wait for their rows", ErrBehind, n)
 	}
 	return nil
+}
+
+// awaitRecovery is called by a request that behind refused with err: while
+// the transaction of answered posts' rows fails, it has that transaction
+// tried again now (see recordUntilDone) and waits for the outcome, so that
+// the first post after the database recovers (space freed, a connection
+// back) is taken at once, and each during an outage is refused after one
+// try, as with store.commit: transaction. It returns nil if the rows went
+// in.
+func (s *Store) awaitRecovery(ctx context.Context, err error) error {
+	s.failMu.Lock()
+	if s.failing == nil {
+		s.failMu.Unlock()
+		return err // too many rows waiting: nothing to try again
+	}
+	want := s.tries + 1
+	s.failMu.Unlock()
+	select {
+	case s.tryNow <- struct{}{}:
+	default:
+	}
+	for {
+		s.failMu.Lock()
+		failing, done, ch := s.failing, s.triesDone, s.tried
+		s.failMu.Unlock()
+		switch {
+		case failing == nil:
+			return nil
+		case done >= want:
+			return fmt.Errorf("%w: %w", ErrBehind, failing)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", ErrBehind, failing)
+		case <-s.closing:
+			return ErrClosed
+		}
+	}
 }
 
 // answersEarly reports whether r is answered as soon as its record is
@@ -121,7 +161,7 @@ func (s *Store) answersEarly(r *request) bool {
 // so a committed row always names bytes that survive a crash.
 func (s *Store) commitLoop() {
 	defer close(s.done)
-	written := make(chan *staged, stagedQueue)
+	written := make(chan *staged, stagedAhead)
 	recorded := make(chan struct{})
 	go func() {
 		defer close(recorded)
@@ -236,41 +276,70 @@ const (
 	lingerRows  = 256
 )
 
+// stagedQueue is stage two's input: the channel stage one writes staged
+// batches to, and one taken from it that could not join the batch before
+// it (see recordLoop), which comes next.
+type stagedQueue struct {
+	ch   chan *staged
+	held *staged
+}
+
+// take returns the next batch, waiting for one if wait is set; nil when
+// there is none (without wait) or, with ok false, none will come.
+func (q *stagedQueue) take(wait bool) (st *staged, ok bool) {
+	if st := q.held; st != nil {
+		q.held = nil
+		return st, true
+	}
+	if wait {
+		st, ok = <-q.ch
+		return st, ok
+	}
+	select {
+	case st, ok = <-q.ch:
+		return st, ok
+	default:
+		return nil, true
+	}
+}
+
 // recordLoop is stage two: it records staged batches in the order stage
 // one wrote them. Batches that were staged while the last transaction ran
 // share the next one: the stage that waits longer sets the pace, and
 // merging lets the transactions keep up.
 func (s *Store) recordLoop(written chan *staged) {
+	q := &stagedQueue{ch: written}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	for st := range written {
+	for {
+		st, ok := q.take(true)
+		if !ok {
+			return
+		}
 		var deadline time.Time
 		for len(st.batch) < maxBatch {
-			next, ok := s.more(written, st, &deadline, timer)
+			next, ok := s.more(q, st, &deadline, timer)
 			if next == nil || !ok {
 				break
 			}
 			if st.err != nil || next.err != nil {
 				// A failed stage one is retried request by request,
-				// alone.
-				s.finish(st, written)
-				st, deadline = next, time.Time{}
-				continue
+				// alone: it comes next.
+				q.held = next
+				break
 			}
 			st = merge(st, next)
 		}
-		s.finish(st, written)
+		s.finish(st, q)
 	}
 }
 
 // more returns the next staged batch to join st, or nil when st is to be
 // recorded now: at once when none is queued, unless st may linger (all
 // its posts answered) for up to recordDelay.
-func (s *Store) more(written chan *staged, st *staged, deadline *time.Time, timer *time.Timer) (*staged, bool) {
-	select {
-	case next, ok := <-written:
+func (s *Store) more(q *stagedQueue, st *staged, deadline *time.Time, timer *time.Timer) (*staged, bool) {
+	if next, ok := q.take(false); next != nil || !ok {
 		return next, ok
-	default:
 	}
 	if !s.opt.Log || st.err != nil || st.waiting > 0 || st.rows >= lingerRows {
 		return nil, true
@@ -285,7 +354,7 @@ func (s *Store) more(written chan *staged, st *staged, deadline *time.Time, time
 	timer.Reset(d)
 	defer timer.Stop()
 	select {
-	case next, ok := <-written:
+	case next, ok := <-q.ch:
 		return next, ok
 	case <-timer.C:
 	case <-s.hurry:
@@ -296,7 +365,7 @@ func (s *Store) more(written chan *staged, st *staged, deadline *time.Time, time
 
 // finish commits a staged batch's transaction and answers its requests
 // still waiting.
-func (s *Store) finish(st *staged, written chan *staged) {
+func (s *Store) finish(st *staged, q *stagedQueue) {
 	if s.abandoned {
 		// Closing, with rows of answered posts not recorded before:
 		// recording later ones would move the mark past them.
@@ -338,7 +407,7 @@ func (s *Store) finish(st *staged, written chan *staged) {
 		}
 		s.retryAlone(rest, err)
 		if err2 != nil {
-			s.recordUntilDone(early, written, err2)
+			s.recordUntilDone(early, q, err2)
 		}
 	}
 }
@@ -425,54 +494,78 @@ func (s *Store) split(st *staged) (*staged, []*request) {
 // batches stage one wrote before that join this one, and their waiting
 // requests are refused too. If the store closes first, the rows stay in
 // the log, for the next start to record (see replay).
-func (s *Store) recordUntilDone(e *staged, written chan *staged, err error) {
-	delay := 50 * time.Millisecond
+func (s *Store) recordUntilDone(e *staged, q *stagedQueue, err error) {
+	delay := minRetry
+	last := time.Now()
 	for {
+		timer := time.NewTimer(delay)
 		select {
-		case <-time.After(delay):
+		case <-timer.C:
+			delay = min(2*delay, maxRetry)
+		case <-s.tryNow:
+			// A post waits for this try (see awaitRecovery); not sooner
+			// than minRetry after the last, whoever asks.
+			time.Sleep(time.Until(last.Add(minRetry)))
 		case <-s.closing:
+			timer.Stop()
 			s.opt.Logger.Warn("closing before the rows of posts already received were recorded; the next start records them from the store's log",
 				"streams", s.pendingRows.Load(), "node", s.opt.Node, "err", err)
 			s.abandoned = true
 			return
 		}
-		delay = min(2*delay, 5*time.Second)
-	join:
+		timer.Stop()
+		// Batches stage one wrote meanwhile: their answered posts' rows
+		// join, their waiting requests are refused.
 		for {
-			select {
-			case next, ok := <-written:
-				if !ok {
-					break join
-				}
-				if next.err != nil {
-					s.answerWaiting(next, next.err)
-					s.advance(next.seq)
-					continue
-				}
-				if next.rows == 0 {
-					s.endWrites(next.writes, true)
-					s.answerWaiting(next, fmt.Errorf("%w: %w", ErrBehind, err))
-					s.advance(next.seq)
-					continue
-				}
-				ne, rest := s.split(next)
-				for _, r := range rest {
-					r.done <- fmt.Errorf("%w: %w", ErrBehind, err)
-				}
-				e = merge(e, ne)
-			default:
-				break join
+			next, _ := q.take(false)
+			if next == nil {
+				break
 			}
+			if next.err != nil {
+				s.answerWaiting(next, next.err)
+				s.advance(next.seq)
+				continue
+			}
+			if next.rows == 0 {
+				s.endWrites(next.writes, true)
+				s.answerWaiting(next, fmt.Errorf("%w: %w", ErrBehind, err))
+				s.advance(next.seq)
+				continue
+			}
+			ne, rest := s.split(next)
+			for _, r := range rest {
+				r.done <- fmt.Errorf("%w: %w", ErrBehind, err)
+			}
+			e = merge(e, ne)
 		}
-		e.oldest = time.Now()
-		if err = s.commitRows(e); err == nil {
+		s.failMu.Lock()
+		s.tries++
+		s.failMu.Unlock()
+		e.oldest, last = time.Now(), time.Now()
+		err = s.commitRows(e)
+		if err == nil {
 			s.endWrites(e.writes, false)
 			s.recorded(e)
+		} else {
+			s.fail(err)
+		}
+		s.failMu.Lock()
+		s.triesDone = s.tries
+		close(s.tried)
+		s.tried = make(chan struct{})
+		s.failMu.Unlock()
+		if err == nil {
 			return
 		}
-		s.fail(err)
 	}
 }
+
+// The delays between tries of a failing transaction of answered posts'
+// rows: from minRetry, doubling to maxRetry while nobody waits for one.
+const (
+	minRetry = 20 * time.Millisecond
+	maxRetry = 5 * time.Second
+)
 
 // fail sets the error that refuses new posts while answered posts' rows
 // cannot be recorded, and logs it (the first time, then at most once a
@@ -562,6 +655,11 @@ func (s *Store) apply(batch []*request) error {
 // always names a file that survives a crash.
 func (s *Store) stage(batch []*request) *staged {
 	st := &staged{batch: batch, start: time.Now(), oldest: batch[0].at}
+	if s.stageHook != nil {
+		if st.err = s.stageHook(); st.err != nil {
+			return st
+		}
+	}
 	seen := make(map[string]bool)
 	for _, r := range batch {
 		if r.at.Before(st.oldest) {

@@ -13,6 +13,10 @@ import (
 // it there, as a crash would.
 func SetCompactHook(s *Store, fn func(step string) error) { s.compactHook = fn }
 
+// SetStageHook makes stage one call fn before each batch; an error from fn
+// fails the batch there.
+func SetStageHook(s *Store, fn func() error) { s.stageHook = fn }
+
 // SetPackSeq sets the sequence number the next pack's name follows (as a
 // start after the clock went back would).
 func SetPackSeq(s *Store, n int64) { s.packSeq.Store(n) }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,6 +27,9 @@ type gateRepo struct {
 	fail    error         // while set, such a transaction fails with it
 	entered chan struct{} // told (without blocking) when one starts waiting at the gate
 	applies atomic.Int64  // such transactions that reached the database
+	// failFeed, if set, fails such a transaction with a row of a feed
+	// that starts with it.
+	failFeed string
 }
 
 func newGateRepo(r *meta.Repo) *gateRepo {
@@ -44,8 +49,13 @@ func (r *gateRepo) Apply(ctx context.Context, b *meta.Batch) error {
 			<-gate
 		}
 		r.mu.Lock()
-		err := r.fail
+		err, prefix := r.fail, r.failFeed
 		r.mu.Unlock()
+		for _, row := range b.Packed {
+			if prefix != "" && strings.HasPrefix(row.Feed, prefix) {
+				err = errors.New("injected: this feed's rows fail")
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -433,5 +443,209 @@ func TestLogReplayKeepsRowsInPlace(t *testing.T) {
 		}
 		s2 := e.openLog(t, e.repo, 8<<10)
 		checkLogged(t, e, s2, posts)
+	})
+}
+
+// flakyRepo fails a share of the transactions that insert rows, as a disk
+// that fills and empties does.
+type flakyRepo struct {
+	*meta.Repo
+	mu    sync.Mutex
+	rng   *rand.Rand
+	share float64
+}
+
+func (r *flakyRepo) Apply(ctx context.Context, b *meta.Batch) error {
+	if len(b.Packed)+len(b.Create)+len(b.Unlock) > 0 {
+		r.mu.Lock()
+		fail := r.rng.Float64() < r.share
+		r.mu.Unlock()
+		if fail {
+			return errors.New("injected: database or disk is full")
+		}
+	}
+	return r.Repo.Apply(ctx, b)
+}
+
+// ReserveStreamIDs fails as often: a batch whose stage one finds no ids
+// fails there.
+func (r *flakyRepo) ReserveStreamIDs(ctx context.Context, n int) ([]meta.IDRange, error) {
+	r.mu.Lock()
+	fail := r.rng.Float64() < r.share
+	r.mu.Unlock()
+	if fail {
+		return nil, errors.New("injected: database or disk is full")
+	}
+	return r.Repo.ReserveStreamIDs(ctx, n)
+}
+
+// TestLogUnderFailures: many senders post small, big and multi-stream
+// posts while a third of the transactions, and of the reservations of
+// ids, fail. Every post is answered (none hangs: a batch that failed in
+// stage one, right behind one whose rows could not be recorded, once
+// waited for ever), every answered post is stored whole once the failures
+// stop, and no refused post is.
+func TestLogUnderFailures(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		repo := &flakyRepo{Repo: e.repo, rng: rand.New(rand.NewPCG(1, 2)), share: 0.3}
+		s := e.openLog(t, repo, 64<<10)
+		var mu sync.Mutex
+		var answered []logged
+		refused := map[string]bool{}
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+			posts:
+				for i := range 60 {
+					feed := fmt.Sprintf("CHAOS-%d-%d", g, i)
+					post := s.Begin()
+					var secs [][]section
+					var ws []*store.Writer
+					n := 1 + (g+i)%3
+					for k := range n {
+						w, err := post.NewStream(context.Background(), spec(feed))
+						if err != nil {
+							post.Abort()
+							mu.Lock()
+							refused[feed] = true
+							mu.Unlock()
+							continue posts
+						}
+						sec := smallPost(g*100+k, i)
+						if (g+i+k)%7 == 0 {
+							sec = []section{{streamfile.Data, 0, randomBytes(uint64(g*1000+i), 2*packMax)}}
+						}
+						if err := writeSections(w, sec); err != nil {
+							post.Abort()
+							mu.Lock()
+							refused[feed] = true
+							mu.Unlock()
+							continue posts
+						}
+						secs = append(secs, sec)
+						ws = append(ws, w)
+					}
+					done := make(chan struct{})
+					var streams []meta.Stream
+					var err error
+					go func() {
+						streams, err = post.Commit(context.Background())
+						close(done)
+					}()
+					select {
+					case <-done:
+					case <-time.After(time.Minute):
+						t.Errorf("post %s: no answer in a minute", feed)
+						return
+					}
+					mu.Lock()
+					if err != nil {
+						refused[feed] = true
+					} else {
+						for k := range streams {
+							answered = append(answered, logged{streams[k], secs[k]})
+						}
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		repo.mu.Lock()
+		repo.share = 0
+		repo.mu.Unlock()
+		// A post succeeds once the failures stop (after the rows waiting
+		// are recorded).
+		apptestWait(t, func() bool {
+			p, err := postSmall(s, "AFTER", 99, 0)
+			if err == nil {
+				answered = append(answered, p)
+			}
+			return err == nil
+		})
+		if err := s.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if len(answered) == 0 || len(refused) == 0 {
+			t.Fatalf("%d streams answered, %d posts refused: want both", len(answered), len(refused))
+		}
+		checkLogged(t, e, s, answered)
+		for _, row := range allRows(t, e) {
+			if refused[row.Feed] {
+				t.Errorf("stream %d of a refused post (%s)", row.ID, row.Feed)
+			}
+		}
+	})
+}
+
+// apptestWait polls cond for up to a minute.
+func apptestWait(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within a minute")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestLogFailedStageBehindFailingRows: a batch that failed in stage one,
+// taken by stage two right behind a batch of answered posts whose rows
+// then fail, is answered all the same. It once waited for ever: stage two
+// held it aside while it retried the rows before it.
+func TestLogFailedStageBehindFailingRows(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		repo := newGateRepo(e.repo)
+		s := e.openLog(t, repo, 0)
+		repo.hold()
+		// Z's transaction waits at the gate while A and B are staged.
+		z := make(chan error, 1)
+		go func() {
+			_, err := postSmall(s, "OK-Z", 1, 0)
+			z <- err
+		}()
+		<-repo.entered
+		if err := <-z; err != nil {
+			t.Fatal(err)
+		}
+		a, err := postSmall(s, "FAIL-A", 1, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		store.SetStageHook(s, func() error { return errors.New("injected: stage one fails") })
+		b := make(chan error, 1)
+		go func() {
+			_, err := postSmall(s, "OK-B", 1, 2)
+			b <- err
+		}()
+		// B is staged (and failed) before the gate opens.
+		time.Sleep(50 * time.Millisecond)
+		store.SetStageHook(s, nil)
+		repo.mu.Lock()
+		repo.failFeed = "FAIL-"
+		repo.mu.Unlock()
+		repo.release()
+		select {
+		case err := <-b:
+			if err == nil {
+				t.Fatal("a post whose stage one failed succeeded")
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a post whose stage one failed, behind failing rows, got no answer")
+		}
+		repo.mu.Lock()
+		repo.failFeed = ""
+		repo.mu.Unlock()
+		apptestWait(t, func() bool {
+			_, err := postSmall(s, "OK-C", 1, 3)
+			return err == nil
+		})
+		if err := s.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.repo.GetStream(context.Background(), a.row.ID); err != nil {
+			t.Errorf("the answered post whose rows failed for a while: %v", err)
+		}
 	})
 }

@@ -107,6 +107,7 @@ type Store struct {
 	// removals it carries out must not meet a compaction's new pack.
 	purgeMu     sync.Mutex
 	compactHook func(step string) error // tests: see compactStep
+	stageHook   func() error            // tests: an error fails stage one's batch
 	zeros       []byte                  // packZeroAhead zero bytes, for zeroAhead (under packWriteMu)
 	packBufs    sync.Pool               // *bytes.Buffer for small streams
 	repo        Repo
@@ -132,8 +133,14 @@ type Store struct {
 	pendingRows atomic.Int64
 	failMu      sync.Mutex
 	failing     error
-	failLog     *repeatlog.Failures
-	abandoned   bool // closing with rows not recorded: stage two records no more (its goroutine only)
+	// tries counts the tries of the failing transaction begun, triesDone
+	// those ended, and tried is closed and replaced at the end of each;
+	// tryNow asks for one at once (see awaitRecovery).
+	tries, triesDone uint64
+	tried            chan struct{}
+	tryNow           chan struct{}
+	failLog          *repeatlog.Failures
+	abandoned        bool // closing with rows not recorded: stage two records no more (its goroutine only)
 
 	// Stage one's batches are numbered; acked is the last one written
 	// (its early posts answered), synced the last one done with by stage
@@ -171,7 +178,8 @@ func Open(ctx context.Context, repo Repo, codec *streamfile.Codec, opt Options) 
 		return nil, fmt.Errorf("create store root: %w", err)
 	}
 	s := &Store{opt: opt, repo: repo, codec: codec, commits: make(chan *request, 1024), done: make(chan struct{}),
-		closing: make(chan struct{}), syncCh: make(chan struct{}), hurry: make(chan struct{}, 1), failLog: repeatlog.New(time.Minute),
+		closing: make(chan struct{}), syncCh: make(chan struct{}), hurry: make(chan struct{}, 1),
+		tried: make(chan struct{}), tryNow: make(chan struct{}, 1), failLog: repeatlog.New(time.Minute),
 		ids: newIDSource(repo.ReserveStreamIDs, opt.CommitTimeout)}
 	s.packSeq.Store(time.Now().UnixNano())
 	s.packBufs.New = func() any { return new(bytes.Buffer) }
