@@ -655,8 +655,8 @@ func (s *Store) apply(batch []*request) error {
 // always names a file that survives a crash.
 func (s *Store) stage(batch []*request) *staged {
 	st := &staged{batch: batch, start: time.Now(), oldest: batch[0].at}
-	if s.stageHook != nil {
-		if st.err = s.stageHook(); st.err != nil {
+	if hook := s.stageHook.Load(); hook != nil {
+		if st.err = (*hook)(); st.err != nil {
 			return st
 		}
 	}

@@ -15,7 +15,13 @@ func SetCompactHook(s *Store, fn func(step string) error) { s.compactHook = fn }
 
 // SetStageHook makes stage one call fn before each batch; an error from fn
 // fails the batch there.
-func SetStageHook(s *Store, fn func() error) { s.stageHook = fn }
+func SetStageHook(s *Store, fn func() error) {
+	if fn == nil {
+		s.stageHook.Store(nil)
+		return
+	}
+	s.stageHook.Store(&fn)
+}
 
 // SetPackSeq sets the sequence number the next pack's name follows (as a
 // start after the clock went back would).

@@ -106,10 +106,10 @@ type Store struct {
 	// purgeMu makes PurgeDeleted's runs take turns: the recorded pack
 	// removals it carries out must not meet a compaction's new pack.
 	purgeMu     sync.Mutex
-	compactHook func(step string) error // tests: see compactStep
-	stageHook   func() error            // tests: an error fails stage one's batch
-	zeros       []byte                  // packZeroAhead zero bytes, for zeroAhead (under packWriteMu)
-	packBufs    sync.Pool               // *bytes.Buffer for small streams
+	compactHook func(step string) error      // tests: see compactStep
+	stageHook   atomic.Pointer[func() error] // tests: an error fails stage one's batch
+	zeros       []byte                       // packZeroAhead zero bytes, for zeroAhead (under packWriteMu)
+	packBufs    sync.Pool                    // *bytes.Buffer for small streams
 	repo        Repo
 	codec       *streamfile.Codec
 	commits     chan *request
