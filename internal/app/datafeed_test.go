@@ -753,6 +753,9 @@ func TestDatafeedHealthAndMetrics(t *testing.T) {
 	if v := metric(t, s, "weir_store_commit_batch_size_count"); v < 1 {
 		t.Errorf("weir_store_commit_batch_size_count %g", v)
 	}
+	if v := metric(t, s, "weir_store_rows_pending"); v != 0 {
+		t.Errorf("weir_store_rows_pending %g once every row is in", v)
+	}
 	if v := metric(t, s, `weir_receive_duration_seconds_count{outcome="received"}`); v != 2 {
 		t.Errorf("weir_receive_duration_seconds_count %g", v)
 	}

@@ -203,6 +203,9 @@ func (s *Store) commitLoop() {
 		s.acked.Store(seq)
 		if st.err == nil && st.rows > 0 {
 			s.pendingRows.Add(int64(st.rows))
+			if m := s.opt.Metrics; m != nil {
+				m.rowsPending.Add(float64(st.rows))
+			}
 			for _, r := range batch {
 				if r.early {
 					r.done <- nil
@@ -584,6 +587,9 @@ func (s *Store) fail(err error) {
 // are in the database.
 func (s *Store) recorded(st *staged) {
 	s.pendingRows.Add(-int64(st.rows))
+	if m := s.opt.Metrics; m != nil {
+		m.rowsPending.Sub(float64(st.rows))
+	}
 	s.failMu.Lock()
 	was := s.failing
 	s.failing = nil

@@ -10,6 +10,9 @@ type Metrics struct {
 	purgedBytes   prometheus.Counter
 	// compactedPacks counts packs rewritten without their purged streams.
 	compactedPacks prometheus.Counter
+	// rowsPending is how many streams of answered posts wait for their
+	// rows' transaction (store.commit: log).
+	rowsPending prometheus.Gauge
 }
 
 // NewMetrics creates the store metrics and registers them with reg.
@@ -37,7 +40,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "weir_store_compacted_packs_total",
 			Help: "Packs rewritten by the purge of deleted streams without the streams it removed, because other streams in them stay.",
 		}),
+		rowsPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "weir_store_rows_pending",
+			Help: "Streams of posts answered (durable in the store's log) whose rows are not yet in the metadata database (store.commit: log).",
+		}),
 	}
-	reg.MustRegister(m.batchSize, m.commitSeconds, m.purgedStreams, m.purgedBytes, m.compactedPacks)
+	reg.MustRegister(m.batchSize, m.commitSeconds, m.purgedStreams, m.purgedBytes, m.compactedPacks, m.rowsPending)
 	return m
 }
