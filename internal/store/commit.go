@@ -400,7 +400,7 @@ func (s *Store) finish(st *staged, q *stagedQueue) {
 		// The rows of answered posts must go in, and in order: alone
 		// first (another request may be what failed), then again until
 		// they do.
-		early, rest := s.split(st)
+		early, rest := s.split(st, failedCommit(err))
 		err2 := s.commitRows(early)
 		if err2 == nil {
 			s.endWrites(early.writes, false)
@@ -460,8 +460,10 @@ func (s *Store) retryAlone(rs []*request, err error) {
 
 // split takes the answered requests of a failed batch, with their rows and
 // the pack writes holding their records, out of it; the rest are returned
-// to be answered. Pack writes holding only the others' records end now.
-func (s *Store) split(st *staged) (*staged, []*request) {
+// to be answered. Pack writes holding only the others' records end now,
+// their bytes given back if failed says their rows were certainly not
+// committed (see failedCommit).
+func (s *Store) split(st *staged, failed bool) (*staged, []*request) {
 	early := &staged{start: st.start, oldest: time.Now(), seq: st.seq, mark: st.mark, rows: st.rows}
 	var rest []*request
 	for _, r := range st.batch {
@@ -471,10 +473,12 @@ func (s *Store) split(st *staged) (*staged, []*request) {
 			continue
 		}
 		rest = append(rest, r)
-		// Its bytes stay in the pack, named by no row, if they share a
-		// write with an answered post's.
-		for i := range r.pack {
-			r.pack[i].row.Pack, r.pack[i].row.PackOffset = "", 0
+		if failed {
+			// Its bytes stay in the pack, named by no row, if they
+			// share a write with an answered post's.
+			for i := range r.pack {
+				r.pack[i].row.Pack, r.pack[i].row.PackOffset = "", 0
+			}
 		}
 	}
 	for _, row := range st.b.Unlock {
@@ -484,7 +488,7 @@ func (s *Store) split(st *staged) (*staged, []*request) {
 		if w.early {
 			early.writes = append(early.writes, w)
 		} else {
-			s.endWrites([]stagedPack{w}, true)
+			s.endWrites([]stagedPack{w}, failed)
 		}
 	}
 	return early, rest
@@ -535,7 +539,7 @@ func (s *Store) recordUntilDone(e *staged, q *stagedQueue, err error) {
 				s.advance(next.seq)
 				continue
 			}
-			ne, rest := s.split(next)
+			ne, rest := s.split(next, true)
 			for _, r := range rest {
 				r.done <- fmt.Errorf("%w: %w", ErrBehind, err)
 			}

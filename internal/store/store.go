@@ -714,7 +714,9 @@ func (p *Post) Abort() {
 			_ = os.Remove(w.path + lockSuffix)
 			_ = os.Remove(w.path)
 		}
-		if w.row.ID != 0 && w.row.Pack == "" {
+		if w.row.ID != 0 && w.path != "" {
+			// A stream with a file of its own has a LOCKED row; a packed
+			// one's row (its id given by the store) was never inserted.
 			ids = append(ids, w.row.ID)
 		}
 	}
