@@ -102,18 +102,23 @@ func (s *idSource) reserveLocked(n int) error {
 			return nil
 		}
 	}
+	rs, err := s.reserveBounded(n)
+	if err != nil {
+		return fmt.Errorf("no stream ids: %w", err)
+	}
+	s.add(rs)
+	return nil
+}
+
+// reserveBounded reserves n ids, waiting at most s.timeout.
+func (s *idSource) reserveBounded(n int) ([]meta.IDRange, error) {
 	ctx := context.Background()
 	if s.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	rs, err := s.reserve(ctx, n)
-	if err != nil {
-		return fmt.Errorf("no stream ids: %w", err)
-	}
-	s.add(rs)
-	return nil
+	return s.reserve(ctx, n)
 }
 
 func (s *idSource) add(rs []meta.IDRange) {
@@ -125,13 +130,7 @@ func (s *idSource) add(rs []meta.IDRange) {
 
 // ahead reserves n ids before those in hand run out.
 func (s *idSource) ahead(n int) {
-	ctx := context.Background()
-	if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
-	rs, err := s.reserve(ctx, n)
+	rs, err := s.reserveBounded(n)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pending = false
