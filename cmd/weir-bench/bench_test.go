@@ -24,7 +24,7 @@ func TestHarnessQuick(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "bench.md")
 	var stdout, stderr bytes.Buffer
 	rep, err := run(ctx, []string{"-quick", "-reps", "1", "-d", "400ms", "-rate-d", "500ms", "-proxy-d", "500ms",
-		"-warmup", "100ms", "-ceiling", "-big", "8MiB", "-large", "2MiB", "-c", "4", "-tmp", t.TempDir(), "-out", out}, &stdout, &stderr)
+		"-warmup", "100ms", "-ceiling", "-transaction", "-big", "8MiB", "-large", "2MiB", "-c", "4", "-tmp", t.TempDir(), "-out", out}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}

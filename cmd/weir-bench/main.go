@@ -57,14 +57,16 @@ type options struct {
 	keep      bool
 	verbose   bool
 
-	duration  time.Duration // one closed-loop measurement
-	rateDur   time.Duration // one fixed-rate measurement
-	proxyDur  time.Duration // one proxy measurement (sending)
-	warmup    time.Duration
-	conc      int   // closed-loop senders
-	ceiling   bool  // also measure tGroup in the closed-loop scenarios
-	bigSize   int64 // the "1 GiB" post
-	largeSize int64 // each of the "10 x 100 MiB" posts
+	duration time.Duration // one closed-loop measurement
+	rateDur  time.Duration // one fixed-rate measurement
+	proxyDur time.Duration // one proxy measurement (sending)
+	warmup   time.Duration
+	conc     int  // closed-loop senders
+	ceiling  bool // also measure tGroup in the closed-loop scenarios
+	// transaction: also measure tWeirTx in the closed-loop scenarios
+	transaction bool
+	bigSize     int64 // the "1 GiB" post
+	largeSize   int64 // each of the "10 x 100 MiB" posts
 }
 
 func parseOptions(args []string, stderr io.Writer) (*options, error) {
@@ -85,6 +87,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.proxyDur, "proxy-d", 20*time.Second, "sending time of one proxy measurement (-quick: 2s)")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "warm-up of each server before its measurements (-quick: 300ms)")
 	fs.IntVar(&o.conc, "c", 16, "concurrent senders in closed-loop scenarios")
+	fs.BoolVar(&o.transaction, "transaction", false, "also measure weir with store.commit: transaction (each post answered after its rows' transaction) in the closed-loop scenarios")
 	fs.BoolVar(&o.ceiling, "ceiling", false, "also measure weir-baseline -mode group (one file flushed once per batch of posts: the ceiling of a durable server on this disk) in the closed-loop scenarios")
 	fs.StringVar(&big, "big", "1GiB", "size of the single big post (-quick: 64MiB)")
 	fs.StringVar(&large, "large", "100MiB", "size of each of the 10 concurrent posts (-quick: 16MiB)")

@@ -120,6 +120,9 @@ func (r *report) evaluate() {
 		if group != nil && naive != nil && drain != nil {
 			group.Ratio = fmt.Sprintf("%.2f× naive, %.2f× drain", ratio(metric(group), metric(naive)), ratio(metric(group), metric(drain)))
 		}
+		if tx := r.find(scen, tWeirTx); tx != nil && naive != nil && weir != nil {
+			tx.Ratio = fmt.Sprintf("%.2f× naive; weir (log) is %.2f× this", ratio(metric(tx), metric(naive)), ratio(metric(weir), metric(tx)))
+		}
 		if weir != nil && naive != nil && drain != nil {
 			wn, wd := ratio(metric(weir), metric(naive)), ratio(metric(weir), metric(drain))
 			weir.Ratio = fmt.Sprintf("%.2f× naive, %.2f× drain", wn, wd)
@@ -228,6 +231,10 @@ func (r *report) markdown() string {
 			continue
 		}
 		fmt.Fprintf(&b, "- `%s`: %s\n", s.name, s.describe(o))
+	}
+	if o.transaction {
+		b.WriteString("\nTarget `weir-tx` (-transaction) is `weir serve` with `store.commit: transaction`: each post answered only after " +
+			"its rows' transaction, as before the log-structured commit; `weir` is the default, `store.commit: log`.\n")
 	}
 	if o.ceiling {
 		b.WriteString("\nTarget `group` (-ceiling) is `weir-baseline -mode group`: every post appended to one file, " +

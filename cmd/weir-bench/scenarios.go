@@ -29,8 +29,12 @@ const (
 	// log flushed once per batch of posts, the most a durable server can
 	// answer on this disk with this many senders.
 	tGroup = "group"
-	tWeir  = "weir"  // weir serve
-	tProxy = "proxy" // sender -> weir proxy -> weir serve
+	tWeir  = "weir" // weir serve
+	// tWeirTx is weir serve with store.commit: transaction (every post
+	// answered after its rows' transaction), measured only with
+	// -transaction: what the log-structured commit of the default gives.
+	tWeirTx = "weir-tx"
+	tProxy  = "proxy" // sender -> weir proxy -> weir serve
 	// tProxyDeflate is tProxy forwarding zips whose entries are deflated
 	// at level 1 (zipCompression: standard), as it does to a downstream
 	// that does not read S2 entries (the reference system).
@@ -250,8 +254,12 @@ func (h *harness) startTarget(scen, target string) (*server, error) {
 			s.stop()
 			return nil, err
 		}
-	case tWeir:
-		p, url, err := h.startWeir(dir, "weir", "")
+	case tWeir, tWeirTx:
+		extra := ""
+		if target == tWeirTx {
+			extra = "store:\n  commit: transaction\n"
+		}
+		p, url, err := h.startWeir(dir, target, "", extra)
 		if err != nil {
 			return nil, err
 		}
@@ -265,7 +273,7 @@ func (h *harness) startTarget(scen, target string) (*server, error) {
 		if err := os.MkdirAll(mainDir, 0o755); err != nil {
 			return nil, err
 		}
-		mp, mainURL, err := h.startWeir(mainDir, "weir (behind the proxy)", "")
+		mp, mainURL, err := h.startWeir(mainDir, "weir (behind the proxy)", "", "")
 		if err != nil {
 			return nil, err
 		}
@@ -284,7 +292,7 @@ forwardHttpDestinations:
     zipCompression: %s
     queue:
       retryDelay: 1s
-`, mainURL, zipCompression))
+`, mainURL, zipCompression), "")
 		if err != nil {
 			mp.stop()
 			return nil, err
@@ -297,8 +305,9 @@ forwardHttpDestinations:
 }
 
 // startWeir starts `weir serve` (or `weir proxy` when proxyYAML is not
-// empty) with data in dir/data, authentication off and every feed received.
-func (h *harness) startWeir(dir, name, proxyYAML string) (*proc, string, error) {
+// empty) with data in dir/data, authentication off and every feed received,
+// and extraYAML's settings.
+func (h *harness) startWeir(dir, name, proxyYAML, extraYAML string) (*proc, string, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, "", err
@@ -316,6 +325,7 @@ receive:
 	} else {
 		cfg += "node: bench\n"
 	}
+	cfg += extraYAML
 	cfgPath := filepath.Join(dir, "weir.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, "", err
@@ -422,6 +432,9 @@ func closedLoop(targets []string, args func(o *options, d time.Duration) []strin
 		targets := targets
 		if h.o.ceiling {
 			targets = append(slices.Clip(targets), tGroup)
+		}
+		if h.o.transaction {
+			targets = append(slices.Clip(targets), tWeirTx)
 		}
 		servers, err := h.startAll(sc.name, targets)
 		if err != nil {
