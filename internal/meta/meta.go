@@ -68,6 +68,9 @@ type Repo struct {
 	// file, while readers, whose sorts can be as large as a table, keep the
 	// default.
 	writer *sql.Conn
+	// loseCommit, if set (tests), makes a write transaction roll back and
+	// fail as one whose COMMIT's answer was lost when it says so.
+	loseCommit func() bool
 
 	// feedGen goes up after every feed change this Repo commits, so that a
 	// FeedCache knows its entries are stale.
@@ -311,6 +314,10 @@ func (r *Repo) withTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error
 	}()
 	if err = fn(tx); err != nil {
 		return err
+	}
+	if r.loseCommit != nil && r.loseCommit() {
+		_ = tx.Rollback()
+		return fmt.Errorf("commit: %w: %w", ErrCommitUnknown, driver.ErrBadConn)
 	}
 	if err = tx.Commit(); err != nil {
 		if r.engine == enginePostgres && IsUnavailable(err) {

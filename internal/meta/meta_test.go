@@ -66,6 +66,8 @@ func runSuite(t *testing.T, ec engineCase) {
 		{"ApplyPacked", testApplyPacked},
 		{"ReservedStreamIDs", testReservedStreamIDs},
 		{"LogMark", testLogMark},
+		{"StreamIDCollision", testStreamIDCollision},
+		{"CommitLostAfterEarlierTry", testCommitLostAfterEarlierTry},
 		{"HopReceipts", testHopReceipts},
 		{"ForwardedPosts", testForwardedPosts},
 		{"ConcurrentApply", testConcurrentApply},
@@ -1193,9 +1195,10 @@ func testReservedStreamIDs(t *testing.T, loc location) {
 	if err != nil || got.ReceiptID != "r-packed" || got.Status != Unlocked || got.StatusMs != 12345 || got.PackOffset != 100 {
 		t.Fatalf("packed row %+v %v", got, err)
 	}
-	// Again, as a replay would: the row stays as it was.
+	// Again, as a replay would (the stream's place since moved by a
+	// compaction, say): the row stays as it is.
 	again := *packed
-	again.ReceiptID, again.PackOffset = "r-other", 999
+	again.PackOffset = 999
 	apply(t, r, &Batch{Packed: []*Stream{&again}})
 	if got, err := r.GetStream(ctx, reserved[3]); err != nil || got.ReceiptID != "r-packed" || got.PackOffset != 100 {
 		t.Fatalf("row after a second insert %+v %v", got, err)
@@ -1212,20 +1215,127 @@ func testReservedStreamIDs(t *testing.T, loc location) {
 }
 
 // testLogMark: a node's mark is absent until a batch records one, then is
-// the last recorded; each node has its own.
+// the last recorded; each node has its own; log packs are numbered in the
+// order they are opened, and those before the mark's are forgotten when
+// it moves.
 func testLogMark(t *testing.T, loc location) {
 	ctx := t.Context()
 	r := openRepo(t, loc)
 	if m, ok, err := r.LogMark(ctx, "n1"); err != nil || ok || m.Pack != "" {
 		t.Fatalf("mark of a new node: %+v %v %v", m, ok, err)
 	}
-	apply(t, r, &Batch{Mark: &LogMark{Node: "n1", Pack: "packs/a.wpk", End: 10}})
-	apply(t, r, &Batch{Mark: &LogMark{Node: "n2", Pack: "packs/b.wpk", End: 7}})
-	apply(t, r, &Batch{Create: []*Stream{newStream("FEED-A", "n1", "r1")}, Mark: &LogMark{Node: "n1", Pack: "packs/c.wpk", End: 20}})
-	if m, ok, err := r.LogMark(ctx, "n1"); err != nil || !ok || m.Pack != "packs/c.wpk" || m.End != 20 {
+	var seqs []int64
+	for i, p := range []string{"packs/a.wpk", "packs/b.wpk", "packs/c.wpk"} {
+		seq, err := r.OpenLogPack(ctx, "n1", p, int64(10*i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, seq)
+	}
+	if other, err := r.OpenLogPack(ctx, "n2", "packs/x.wpk", 0); err != nil || other != 1 {
+		t.Fatalf("another node's first log pack: %d %v", other, err)
+	}
+	if seqs[0] != 1 || seqs[1] != 2 || seqs[2] != 3 {
+		t.Fatalf("log pack numbers %v", seqs)
+	}
+	apply(t, r, &Batch{Mark: &LogMark{Node: "n1", Seq: 1, Pack: "packs/a.wpk", End: 10}})
+	apply(t, r, &Batch{Mark: &LogMark{Node: "n2", Seq: 1, Pack: "packs/x.wpk", End: 7}})
+	if lp, err := r.LogPacks(ctx, "n1", 1); err != nil || len(lp) != 3 || lp[1].Pack != "packs/b.wpk" || lp[1].PrevEnd != 10 {
+		t.Fatalf("log packs of n1: %+v %v", lp, err)
+	}
+	apply(t, r, &Batch{Create: []*Stream{newStream("FEED-A", "n1", "r1")}, Mark: &LogMark{Node: "n1", Seq: 3, Pack: "packs/c.wpk", End: 20}})
+	if m, ok, err := r.LogMark(ctx, "n1"); err != nil || !ok || m != (LogMark{Node: "n1", Seq: 3, Pack: "packs/c.wpk", End: 20}) {
 		t.Fatalf("mark of n1: %+v %v %v", m, ok, err)
 	}
-	if m, ok, err := r.LogMark(ctx, "n2"); err != nil || !ok || m.Pack != "packs/b.wpk" || m.End != 7 {
+	if m, ok, err := r.LogMark(ctx, "n2"); err != nil || !ok || m.Pack != "packs/x.wpk" || m.End != 7 {
 		t.Fatalf("mark of n2: %+v %v %v", m, ok, err)
+	}
+	if lp, err := r.LogPacks(ctx, "n1", 0); err != nil || len(lp) != 1 || lp[0].Seq != 3 {
+		t.Fatalf("log packs of n1 after the mark moved: %+v %v", lp, err)
+	}
+	if next, err := r.OpenLogPack(ctx, "n1", "packs/d.wpk", 20); err != nil || next != 4 {
+		t.Fatalf("the next log pack: %d %v", next, err)
+	}
+	if !r.markCommitted(ctx, LogMark{Node: "n1", Seq: 3, Pack: "packs/c.wpk", End: 20}) || r.markCommitted(ctx, LogMark{Node: "n1", Seq: 3, Pack: "packs/c.wpk", End: 30}) {
+		t.Error("markCommitted does not tell the recorded mark from another")
+	}
+}
+
+// testStreamIDCollision: a packed stream inserted with an id another
+// stream's row has is an error, not a silent no-op; AdvanceStreamIDs moves
+// the ids past rows inserted with ids the database did not give.
+func testStreamIDCollision(t *testing.T, loc location) {
+	ctx := t.Context()
+	r := openRepo(t, loc)
+	first, err := r.ReserveStreamIDs(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := first[0].First
+	a := newStream("FEED-A", "n1", "r-a")
+	a.ID, a.Pack, a.PackOffset = id, "packs/p.wpk", 0
+	apply(t, r, &Batch{Packed: []*Stream{a}})
+	b := newStream("FEED-A", "n1", "r-b")
+	b.ID, b.Pack, b.PackOffset = id, "packs/p.wpk", 500
+	if err := r.Apply(ctx, &Batch{Packed: []*Stream{b}}); err == nil || !strings.Contains(err.Error(), "another stream's") {
+		t.Fatalf("a second stream with id %d: %v", id, err)
+	}
+	// Rows with ids far past the counter (a log replayed into a database
+	// restored from an older backup): the counter moves past them.
+	far := newStream("FEED-A", "n1", "r-far")
+	far.ID, far.Pack, far.PackOffset = id+1000, "packs/p.wpk", 900
+	apply(t, r, &Batch{Packed: []*Stream{far}})
+	if err := r.AdvanceStreamIDs(ctx, far.ID); err != nil {
+		t.Fatal(err)
+	}
+	next, err := r.ReserveStreamIDs(ctx, 1)
+	if err != nil || next[0].First <= far.ID {
+		t.Fatalf("reserved %v (%v) after a row with id %d", next, err, far.ID)
+	}
+	plain := newStream("FEED-A", "n1", "r-plain")
+	apply(t, r, &Batch{Create: []*Stream{plain}})
+	if plain.ID <= far.ID {
+		t.Fatalf("an insert took id %d after a row with id %d", plain.ID, far.ID)
+	}
+}
+
+// testCommitLostAfterEarlierTry: a batch retried with more rows after an
+// earlier try of its first rows committed (its answer lost) is not taken
+// for committed when its own commit is lost: its first row is there, but
+// its mark is not. (Apply took the first row's presence for the batch's.)
+func testCommitLostAfterEarlierTry(t *testing.T, loc location) {
+	ctx := t.Context()
+	r := openRepo(t, loc)
+	rs, err := r.ReserveStreamIDs(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, g := range rs {
+		for i := g.First; i <= g.Last; i++ {
+			ids = append(ids, i)
+		}
+	}
+	r1 := newStream("FEED-A", "n1", "r1")
+	r1.ID, r1.Pack, r1.PackOffset = ids[0], "packs/p.wpk", 10
+	apply(t, r, &Batch{Packed: []*Stream{r1}, Mark: &LogMark{Node: "n1", Seq: 1, Pack: "packs/p.wpk", End: 100}})
+	again := *r1
+	r2 := newStream("FEED-A", "n1", "r2")
+	r2.ID, r2.Pack, r2.PackOffset = ids[1], "packs/p.wpk", 110
+	r.loseCommit = func() bool { return true }
+	err = r.Apply(ctx, &Batch{Packed: []*Stream{&again, r2}, Mark: &LogMark{Node: "n1", Seq: 1, Pack: "packs/p.wpk", End: 200}})
+	r.loseCommit = nil
+	if err == nil || !errors.Is(err, ErrCommitUnknown) {
+		t.Fatalf("Apply of a batch that rolled back: %v, want the commit in doubt", err)
+	}
+	if _, err := r.GetStream(ctx, ids[1]); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("row %d of the rolled-back batch: %v", ids[1], err)
+	}
+	// A lost answer of a commit that happened is found committed.
+	r3 := newStream("FEED-A", "n1", "r3")
+	r3.ID, r3.Pack, r3.PackOffset = ids[1], "packs/p.wpk", 110
+	apply(t, r, &Batch{Packed: []*Stream{r3}, Mark: &LogMark{Node: "n1", Seq: 1, Pack: "packs/p.wpk", End: 200}})
+	if !r.markCommitted(ctx, LogMark{Node: "n1", Seq: 1, Pack: "packs/p.wpk", End: 200}) {
+		t.Fatal("the mark of a committed batch is not found")
 	}
 }

@@ -264,13 +264,17 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 		return nil
 	})
 	if errors.Is(err, ErrCommitUnknown) {
-		// One row the transaction wrote tells whether all of it was
-		// committed: a row it inserted (PostgreSQL never hands out an id
-		// twice, even when the transaction that took it rolls back), or
-		// else a row it unlocked (only this post unlocks its row).
+		// A batch with a mark is committed if the mark is there (see
+		// markCommitted). Otherwise one row the transaction wrote tells
+		// whether all of it was committed: a row it inserted (PostgreSQL
+		// never hands out an id twice, even when the transaction that
+		// took it rolls back; a store inserts a reserved id's rows in one
+		// batch), or else a row it unlocked (only this post unlocks its
+		// row).
 		var id int64
 		status := ""
 		switch {
+		case b.Mark != nil:
 		case len(packedIDs) > 0:
 			id = packedIDs[0]
 		case len(ids) > 0:
@@ -278,7 +282,7 @@ func (r *Repo) Apply(ctx context.Context, b *Batch) error {
 		case len(unlockIDs) > 0:
 			id, status = unlockIDs[0], string(Unlocked)
 		}
-		if id != 0 && r.committed(ctx, id, status) {
+		if b.Mark != nil && r.markCommitted(ctx, *b.Mark) || id != 0 && r.committed(ctx, id, status) {
 			// Its answer was lost, not the commit: the batch's posts are
 			// stored, and answering them with a failure would have their
 			// senders store them again.
@@ -482,12 +486,39 @@ func (r *Repo) insertPackedWithIDs(ctx context.Context, tx *sql.Tx, ss []*Stream
 		if err != nil {
 			return fmt.Errorf("prepare packed insert of %d: %w", n, err)
 		}
-		_, err = stmt.ExecContext(ctx, args...)
+		res, err := stmt.ExecContext(ctx, args...)
 		stmt.Close()
 		if err != nil {
 			return fmt.Errorf("insert %d packed streams: %w", n, err)
 		}
+		if got, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("insert %d packed streams: %w", n, err)
+		} else if got < int64(n) {
+			if err := r.samePacked(ctx, tx, ss[start:start+n]); err != nil {
+				return err
+			}
+		}
 		start += n
+	}
+	return nil
+}
+
+// samePacked checks that every one of ss whose id a row had already is
+// that row (the same post's stream: receipt id, feed and time; its place
+// may have moved since, by a compaction): inserted by an earlier try of
+// the same batch, or a replay of the log. A row of another stream with the
+// id is an error, not a success: the stream would be lost.
+func (r *Repo) samePacked(ctx context.Context, tx *sql.Tx, ss []*Stream) error {
+	for _, s := range ss {
+		var receipt, feed string
+		var createMs int64
+		if err := tx.QueryRowContext(ctx, `SELECT receipt_id, feed, create_ms FROM streams WHERE id = $1`, s.ID).Scan(&receipt, &feed, &createMs); err != nil {
+			return fmt.Errorf("insert packed stream %d: %w", s.ID, err)
+		}
+		if receipt != s.ReceiptID || feed != s.Feed || createMs != s.CreateMs {
+			return fmt.Errorf("insert packed stream %d (receipt %s): the id is another stream's (receipt %s); "+
+				"the database's stream ids are behind the store's", s.ID, s.ReceiptID, receipt)
+		}
 	}
 	return nil
 }

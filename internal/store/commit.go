@@ -767,7 +767,7 @@ func (s *Store) stage(batch []*request) *staged {
 		st.b.Packed = append(st.b.Packed, r.rows...)
 	}
 	st.writes = append(st.writes, sp)
-	st.mark = &meta.LogMark{Node: s.opt.Node, Pack: w.rel, End: w.end}
+	st.mark = &meta.LogMark{Node: s.opt.Node, Seq: w.seq, Pack: w.rel, End: w.end}
 	return st
 }
 

@@ -29,21 +29,16 @@ func SetPackSeq(s *Store, n int64) { s.packSeq.Store(n) }
 
 // Kinds of a pack's records (see logrec.go).
 const (
-	RecPackHeader = recPackHeader
-	RecPost       = recPost
-	RecPostSync   = recPostSync
+	RecPost     = recPost
+	RecPostSync = recPostSync
 )
 
 // PackRecord is one record of a pack as read back: its kind, where it
-// starts and ends, and the rows of a post's record (as replay reads them).
+// starts and ends, and the rows of the post (as replay reads them).
 type PackRecord struct {
 	Kind       byte
 	Start, End int64
 	Rows       []meta.Stream
-	Header     struct {
-		Prev    string
-		PrevEnd int64
-	}
 }
 
 // ReadPackRecords reads the records of pack rel under root, from its start
@@ -69,17 +64,8 @@ func ReadPackRecords(root, node, rel string) ([]PackRecord, int64, error) {
 			return nil, 0, err
 		}
 		r := PackRecord{Kind: kind, Start: off, End: off + recordFrame + int64(len(payload))}
-		switch kind {
-		case recPackHeader:
-			h, err := parsePackHeader(payload)
-			if err != nil {
-				return nil, 0, err
-			}
-			r.Header.Prev, r.Header.PrevEnd = h.Prev, h.PrevEnd
-		default:
-			if r.Rows, err = parseRows(payload, node, rel, off+recordFrame); err != nil {
-				return nil, 0, err
-			}
+		if r.Rows, err = parseRows(payload, node, rel, off+recordFrame); err != nil {
+			return nil, 0, err
 		}
 		out = append(out, r)
 		off = r.End

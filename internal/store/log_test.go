@@ -312,7 +312,8 @@ func TestLogReplayAfterStop(t *testing.T) {
 		if err != nil || !ok || mark.Pack != last.Pack || mark.End != end {
 			t.Fatalf("mark after replay %+v %v %v, want %s at %d", mark, ok, err, last.Pack, end)
 		}
-		// New posts go on from there, into a new pack that names the last.
+		// New posts go on from there, into a new pack listed after the
+		// last, with the end the replay found.
 		p, err := postSmall(s2, "AFTER", 9, 9)
 		if err != nil {
 			t.Fatal(err)
@@ -321,9 +322,9 @@ func TestLogReplayAfterStop(t *testing.T) {
 		if p.row.Pack == last.Pack {
 			t.Fatalf("a post after replay went into the replayed pack %s", p.row.Pack)
 		}
-		hdr, _, err := store.ReadPackRecords(e.root(), "n1", p.row.Pack)
-		if err != nil || hdr[0].Header.Prev != last.Pack || hdr[0].Header.PrevEnd != end {
-			t.Fatalf("new pack's header %+v (%v), want %s at %d", hdr[0].Header, err, last.Pack, end)
+		lp, err := e.repo.LogPacks(context.Background(), "n1", mark.Seq)
+		if err != nil || len(lp) != 2 || lp[0].Pack != last.Pack || lp[1].Pack != p.row.Pack || lp[1].PrevEnd != end {
+			t.Fatalf("log packs from the mark %+v (%v), want %s, then %s after %d", lp, err, last.Pack, p.row.Pack, end)
 		}
 		s2.Close()
 		s3 := e.openLog(t, e.repo, 16<<10)
@@ -447,7 +448,7 @@ func TestLogReplayKeepsRowsInPlace(t *testing.T) {
 		}
 		s.Close()
 		// The mark back at the log's start.
-		if err := e.repo.Apply(context.Background(), &meta.Batch{Mark: &meta.LogMark{Node: "n1"}}); err != nil {
+		if err := e.repo.Apply(context.Background(), &meta.Batch{Mark: &meta.LogMark{Node: "n1", Seq: 0}}); err != nil {
 			t.Fatal(err)
 		}
 		s2 := e.openLog(t, e.repo, 8<<10)

@@ -16,22 +16,21 @@ import (
 // post is durable, rows and all, once its pack is flushed: the rows can go
 // into the metadata database after the post is answered (store.commit:
 // log), and a start after a crash puts in whatever a flush made durable
-// and no transaction recorded (replay.go). Every pack begins with a
-// header record naming the pack before it in the node's log, so that a
-// start finds the packs written after the last one the database knows of.
+// and no transaction recorded (replay.go). The database lists the node's
+// log packs in order (meta.Repo.OpenLogPack), each before any record in it
+// is answered, and how far the log is recorded (meta.LogMark).
 //
 // A record is a frame of recordFrame bytes followed by its payload:
 //
 //	magic   "WLR1"
-//	kind    1 byte: recPackHeader, recPost or recPostSync
+//	kind    1 byte: recPost or recPostSync
 //	        3 bytes, zero
 //	length  uint32, little-endian: of the payload
 //	crc     uint32, little-endian: CRC-32C of bytes 4..11 and the payload
 //
-// A post's payload is its rows (rowsHeader) and then their stream files
+// A post's payload is its rows (appendRows) and then their stream files
 // back to back; each row's PackOffset is where its stream file starts, and
-// readers read stream files there as from any pack. A header's payload
-// names the previous pack and where its last record ends.
+// readers read stream files there as from any pack.
 //
 // The checksum tells a record whose write a crash cut short from one that
 // was made durable: the records of a batch are written, then flushed, and
@@ -39,16 +38,14 @@ import (
 
 const (
 	recordFrame = 16
-	// recPackHeader is a pack's first record.
-	recPackHeader byte = 1
 	// recPost is a post answered once its record was durable: its rows
 	// are the store's to put in the database, at a start after a crash
 	// too.
-	recPost byte = 2
+	recPost byte = 1
 	// recPostSync is a post answered only after its rows' transaction:
 	// the rows are in the database if the post succeeded, and a start
 	// leaves the record alone.
-	recPostSync byte = 3
+	recPostSync byte = 2
 	// maxRecord bounds a record's payload when it is read back: a post
 	// holds at most heldPerPost*PackMax bytes in packs (16 MiB of streams
 	// at the largest PackMax), and its rows far less than the same again.
@@ -78,31 +75,6 @@ func frameCRC(kind byte, length int) uint32 {
 	b[0] = kind
 	binary.LittleEndian.PutUint32(b[4:], uint32(length))
 	return crc32.Update(0, castagnoli, b[:])
-}
-
-// packHeader is the payload of a pack's first record.
-type packHeader struct {
-	Node    string
-	Prev    string // the pack before this one in the node's log; "" for its first
-	PrevEnd int64  // where the last record that counts in Prev ends
-}
-
-func (h packHeader) appendRecord(dst []byte) []byte {
-	var p []byte
-	p = appendString(p, h.Node)
-	p = appendString(p, h.Prev)
-	p = binary.AppendUvarint(p, uint64(h.PrevEnd))
-	crc := crc32.Update(frameCRC(recPackHeader, len(p)), castagnoli, p)
-	return append(appendFrame(dst, recPackHeader, len(p), crc), p...)
-}
-
-func parsePackHeader(p []byte) (packHeader, error) {
-	d := decoder{b: p}
-	h := packHeader{Node: d.string(), Prev: d.string(), PrevEnd: d.int()}
-	if d.err != nil || len(d.b) != 0 {
-		return packHeader{}, fmt.Errorf("pack header: %w", errBadRecord)
-	}
-	return h, nil
 }
 
 var errBadRecord = errors.New("malformed record")
@@ -190,7 +162,7 @@ func appendString(dst []byte, s string) []byte {
 	return append(dst, s...)
 }
 
-// decoder reads what appendRows and packHeader wrote; the first fault
+// decoder reads what appendRows wrote; the first fault
 // sticks, and every read after it returns zero values.
 type decoder struct {
 	b   []byte
@@ -275,7 +247,7 @@ func readRecord(r io.ReaderAt, off, size int64, buf []byte) (kind byte, payload 
 	}
 	kind = fr[4]
 	n := int64(binary.LittleEndian.Uint32(fr[8:]))
-	if kind < recPackHeader || kind > recPostSync || n > maxRecord || n > size-off-recordFrame {
+	if kind < recPost || kind > recPostSync || n > maxRecord || n > size-off-recordFrame {
 		return 0, nil, errNoRecord
 	}
 	if int64(cap(buf)) < n {

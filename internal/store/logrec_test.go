@@ -34,9 +34,9 @@ func postRecord(kind byte, rows []*meta.Stream, files [][]byte) []byte {
 	return rec
 }
 
-// TestLogRecordRoundTrip: a pack header and a post record read back as
-// written, rows placed where their stream files are; a record cut short,
-// or with a byte changed, is no record.
+// TestLogRecordRoundTrip: post records read back as written, rows placed
+// where their stream files are; a record cut short, or with a byte
+// changed, is no record.
 func TestLogRecordRoundTrip(t *testing.T) {
 	a := &attr.Map{}
 	a.Put("Feed", "FEED-1")
@@ -48,18 +48,14 @@ func TestLogRecordRoundTrip(t *testing.T) {
 		{ID: 8, Feed: "FEED-2", Attributes: &attr.Map{}},
 	}
 	files := [][]byte{[]byte("first stream file"), []byte("second")}
-	hdr := packHeader{Node: "n1", Prev: "packs/2026/12/01/N1-1.wpk", PrevEnd: 4242}.appendRecord(nil)
-	pack := append(append([]byte{}, hdr...), postRecord(recPost, rows, files)...)
+	first := postRecord(recPostSync, []*meta.Stream{{ID: 6, Feed: "FEED-0", Attributes: &attr.Map{}}}, [][]byte{[]byte("before")})
+	pack := append(append([]byte{}, first...), postRecord(recPost, rows, files)...)
 	r := bytes.NewReader(pack)
 	size := int64(len(pack))
 
 	kind, payload, err := readRecord(r, 0, size, nil)
-	if err != nil || kind != recPackHeader {
-		t.Fatalf("header: kind %d, %v", kind, err)
-	}
-	h, err := parsePackHeader(payload)
-	if err != nil || h != (packHeader{Node: "n1", Prev: "packs/2026/12/01/N1-1.wpk", PrevEnd: 4242}) {
-		t.Fatalf("header %+v, %v", h, err)
+	if err != nil || kind != recPostSync {
+		t.Fatalf("first record: kind %d, %v", kind, err)
 	}
 	off := int64(recordFrame + len(payload))
 	kind, payload, err = readRecord(r, off, size, nil)
@@ -109,7 +105,6 @@ func FuzzLogRecord(f *testing.F) {
 	a := &attr.Map{}
 	a.Put("Feed", "F")
 	f.Add(postRecord(recPost, []*meta.Stream{{ID: 1, Feed: "F", Attributes: a}}, [][]byte{[]byte("data")}))
-	f.Add(packHeader{Node: "n", Prev: "p"}.appendRecord(nil))
 	f.Add(postRecord(recPostSync, []*meta.Stream{{ID: 2, Attributes: &attr.Map{}}, {ID: 3, Attributes: &attr.Map{}}}, [][]byte{nil, []byte("x")}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// Damaged records are refused by their checksum; to reach the
@@ -120,22 +115,17 @@ func FuzzLogRecord(f *testing.F) {
 				binary.LittleEndian.PutUint32(b[12:], crc32.Update(frameCRC(b[4], n), castagnoli, b[recordFrame:recordFrame+n]))
 			}
 		}
-		kind, payload, err := readRecord(bytes.NewReader(b), 0, int64(len(b)), nil)
+		_, payload, err := readRecord(bytes.NewReader(b), 0, int64(len(b)), nil)
 		if err != nil {
 			return
 		}
-		switch kind {
-		case recPackHeader:
-			_, _ = parsePackHeader(payload)
-		default:
-			rows, err := parseRows(payload, "n", "p", recordFrame)
-			if err != nil {
-				return
-			}
-			for _, r := range rows {
-				if r.PackOffset < recordFrame || r.PackOffset+r.FileSize > int64(recordFrame+len(payload)) || r.ID <= 0 {
-					t.Fatalf("row %+v outside its record of %d bytes", r, len(payload))
-				}
+		rows, err := parseRows(payload, "n", "p", recordFrame)
+		if err != nil {
+			return
+		}
+		for _, r := range rows {
+			if r.PackOffset < recordFrame || r.PackOffset+r.FileSize > int64(recordFrame+len(payload)) || r.ID <= 0 {
+				t.Fatalf("row %+v outside its record of %d bytes", r, len(payload))
 			}
 		}
 	})

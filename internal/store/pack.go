@@ -66,15 +66,17 @@ type openPack struct {
 	committed bool
 	// writing is set while a batch is written and synced, outside packMu.
 	writing bool
-	// prev is the end of the log before this pack, which its header
-	// names: the log's end again should the pack go before any batch in
-	// it counts (see rollbackPack).
+	// seq is its number in the node's log (meta.LogPack), and prev the
+	// end of the log before it: the log's end again should the pack go
+	// before any batch in it counts (see rollbackPack).
+	seq  int64
 	prev logEnd
 }
 
 // logEnd is where the node's log ends: the end of the last record that
-// counts in pack rel.
+// counts in pack rel, the seq-th of the log.
 type logEnd struct {
+	seq int64
 	rel string
 	end int64
 }
@@ -82,8 +84,10 @@ type logEnd struct {
 // packZeroAhead is how far past a batch's end the pack is zero-filled.
 const packZeroAhead = 1 << 20
 
-// packWrite is where one batch went: [start, end) of pack rel.
+// packWrite is where one batch went: [start, end) of pack rel, the
+// seq-th of the node's log.
 type packWrite struct {
+	seq        int64
 	rel        string
 	start, end int64
 }
@@ -106,7 +110,7 @@ func (s *Store) writePack(posts []packPost) (packWrite, error) {
 	// to end the previous batch's flight (packDone), and must not wait for
 	// this batch's disk write. p.writing keeps packDone from cutting the
 	// file under this write, and the batch counts as in flight already.
-	w := packWrite{rel: p.rel, start: p.size, end: p.size}
+	w := packWrite{seq: p.seq, rel: p.rel, start: p.size, end: p.size}
 	bufs := s.recordBufs(p, posts)
 	n, werr := fsutil.WriteVAt(p.f, bufs, w.start)
 	if werr != nil {
@@ -146,16 +150,12 @@ func (s *Store) writePack(posts []packPost) (packWrite, error) {
 	return w, nil
 }
 
-// recordBufs lays out the records of posts at the end of pack p (after
-// its header record, if nothing is in it yet) and returns the buffers to
-// write there, back to back; it places each row (Pack, PackOffset,
-// FileSize). Called with packWriteMu held: the header bytes live in
+// recordBufs lays out the records of posts at the end of pack p and
+// returns the buffers to write there, back to back; it places each row
+// (Pack, PackOffset, FileSize). Called with packWriteMu held: the header bytes live in
 // s.recBuf until the next batch.
 func (s *Store) recordBufs(p *openPack, posts []packPost) [][]byte {
 	hb := s.recBuf[:0]
-	if p.size == 0 {
-		hb = packHeader{Node: s.opt.Node, Prev: p.prev.rel, PrevEnd: p.prev.end}.appendRecord(hb)
-	}
 	// Each post's frame and rows go into hb first, and are cut from it
 	// once it has stopped growing.
 	type span struct{ start, end int }
@@ -188,9 +188,6 @@ func (s *Store) recordBufs(p *openPack, posts []packPost) [][]byte {
 	}
 	s.recBuf = hb
 	bufs := s.iov[:0]
-	if first := spans[0].start; first > 0 {
-		bufs = append(bufs, hb[:first])
-	}
 	for i, pp := range posts {
 		bufs = append(bufs, hb[spans[i].start:spans[i].end])
 		for _, it := range pp.items {
@@ -235,13 +232,21 @@ func (s *Store) startPackWrite() (*openPack, error) {
 			}
 			break
 		}
-		// The new name must be durable before any row names it.
+		// The new name must be durable before any row names it, and the
+		// pack listed in the node's log before any record in it is
+		// answered (a start reads the packs listed).
 		if err := fsutil.SyncDir(filepath.Dir(path)); err != nil {
 			f.Close()
 			_ = os.Remove(path)
 			return nil, err
 		}
-		s.pack = &openPack{f: f, rel: rel, day: day, prev: s.tail}
+		seq, err := s.listLogPack(rel)
+		if err != nil {
+			f.Close()
+			_ = os.Remove(path)
+			return nil, err
+		}
+		s.pack = &openPack{f: f, rel: rel, day: day, seq: seq, prev: s.tail}
 	}
 	p := s.pack
 	p.writing = true
@@ -250,6 +255,18 @@ func (s *Store) startPackWrite() (*openPack, error) {
 	}
 	s.packsInFlight[p.rel]++
 	return p, nil
+}
+
+// listLogPack lists pack rel as the next pack of the node's log, in the
+// database, and returns its number there.
+func (s *Store) listLogPack(rel string) (int64, error) {
+	ctx := context.Background()
+	if t := s.opt.CommitTimeout; t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	return s.repo.OpenLogPack(ctx, s.opt.Node, rel, s.tail.end)
 }
 
 // endFlight ends a batch's flight on pack rel and returns how many are
@@ -355,8 +372,8 @@ func (s *Store) closePack() {
 		if err := s.pack.f.Close(); err != nil {
 			s.opt.Logger.Warn("close pack", "pack", s.pack.rel, "err", err)
 		}
-		// The next pack's header names this one, and where it ends.
-		s.tail = logEnd{s.pack.rel, s.pack.size}
+		// The next pack is listed after this one, and where it ends.
+		s.tail = logEnd{s.pack.seq, s.pack.rel, s.pack.size}
 		s.pack = nil
 	}
 }

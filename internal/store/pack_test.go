@@ -152,23 +152,23 @@ func packSize(t *testing.T, e *env, pack string) int64 {
 // checkPackEnd checks that the open pack at path holds nothing past its
 // streams' end but the zeros written ahead of the next batch (at most
 // 1 MiB more than a batch's end), or, if closed, ends there.
-// checkPackLog reads pack rel as a log: a header first, then post
-// records back to back, each row's stream file filling the end of its
-// record, and only zeros written ahead past the last. It returns the rows
-// of the post records in order.
+// checkPackLog reads pack rel as a log: post records back to back from
+// its start, each row's stream file filling the end of its record, and
+// only zeros written ahead past the last. It returns the rows of the post
+// records in order.
 func checkPackLog(t *testing.T, e *env, node, rel string) []meta.Stream {
 	t.Helper()
 	recs, end, err := store.ReadPackRecords(e.root(), node, rel)
 	if err != nil {
 		t.Fatalf("pack %s: %v", rel, err)
 	}
-	if len(recs) == 0 || recs[0].Kind != store.RecPackHeader || recs[0].Start != 0 {
-		t.Fatalf("pack %s does not start with a header record: %+v", rel, recs)
+	if len(recs) == 0 || recs[0].Start != 0 {
+		t.Fatalf("pack %s does not start with a record: %+v", rel, recs)
 	}
 	var rows []meta.Stream
-	for i, r := range recs[1:] {
-		if r.Kind == store.RecPackHeader || r.Start != recs[i].End {
-			t.Fatalf("pack %s: record %d (%+v) after %+v", rel, i+1, r, recs[i])
+	for i, r := range recs {
+		if i > 0 && r.Start != recs[i-1].End {
+			t.Fatalf("pack %s: record %d (%+v) after %+v", rel, i, r, recs[i-1])
 		}
 		next := r.End
 		for j := len(r.Rows) - 1; j >= 0; j-- {
@@ -953,9 +953,11 @@ func TestPackSegments(t *testing.T) {
 		if d.Pack == "" || d.Pack == a.Pack || d.PackOffset != firstStreamAt(t, e, "n1", d.Pack) {
 			t.Fatalf("after the segment size: D in %q at %d, want a new pack's first", d.Pack, d.PackOffset)
 		}
-		// The new pack names the one before it in the log, and its end.
-		if recs, _, err := store.ReadPackRecords(e.root(), "n1", d.Pack); err != nil || recs[0].Header.Prev != a.Pack || recs[0].Header.PrevEnd != packSize(t, e, a.Pack) {
-			t.Fatalf("new pack's header %+v (%v), want %s ending at %d", recs, err, a.Pack, packSize(t, e, a.Pack))
+		// The new pack is listed as the log's second, with where the
+		// first ended; the first is forgotten once the mark is past it.
+		if lp, err := e.repo.LogPacks(context.Background(), "n1", 0); err != nil || len(lp) != 1 ||
+			lp[0].Pack != d.Pack || lp[0].Seq != 2 || lp[0].PrevEnd != packSize(t, e, a.Pack) {
+			t.Fatalf("log packs %+v (%v), want %s second, after %d", lp, err, d.Pack, packSize(t, e, a.Pack))
 		}
 		if got := packFiles(t, e.root()); len(got) != 2 {
 			t.Fatalf("packs %v, want 2", got)

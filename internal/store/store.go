@@ -47,7 +47,10 @@ type Repo interface {
 	DonePackRemoval(ctx context.Context, pack string) error
 	CompactPack(ctx context.Context, node, old, newPack string, moves []meta.PackMove, purge []int64) error
 	ReserveStreamIDs(ctx context.Context, n int) ([]meta.IDRange, error)
+	AdvanceStreamIDs(ctx context.Context, max int64) error
 	LogMark(ctx context.Context, node string) (meta.LogMark, bool, error)
+	OpenLogPack(ctx context.Context, node, pack string, prevEnd int64) (int64, error)
+	LogPacks(ctx context.Context, node string, from int64) ([]meta.LogPack, error)
 }
 
 // Options configures a Store.
