@@ -16,17 +16,18 @@ import (
 	"github.com/weirhq/weir/internal/meta"
 )
 
-// Small streams are stored together. The group committer appends the
-// stream files of every small post in a batch to the node's open pack (a
-// segment file that grows to packSegmentSize and then gives way to a new
-// one), fsyncs it once, and inserts their rows (complete) in the batch's
-// transaction: a batch of small posts costs one file fsync and one
-// transaction, where a file per post cost a create, a rename, two fsyncs
-// and two transactions each, and a new file per batch still a create and
-// a directory fsync. A crash before the transaction commits leaves bytes
-// at the end of a pack that no row names (harmless: rows name their own
-// offsets) or, if the batch had started a new pack, a pack no row names,
-// which the next start removes.
+// Small streams are stored together. The group committer appends every
+// small post of a batch, as one record of its rows and stream files (see
+// logrec.go), to the node's open pack (a segment file that grows to
+// packSegmentSize and then gives way to a new one), flushes it once, and
+// inserts their rows (complete) in one transaction, after the posts are
+// answered (store.commit: log) or before: a batch of small posts costs one
+// flush and a share of one transaction, where a file per post cost a
+// create, a rename, two fsyncs and two transactions each. A crash before
+// the transaction commits leaves records past the log's mark, which the
+// next start records if their posts were answered (replay.go); bytes of a
+// failed write at the end of a pack are named by no row (harmless: rows
+// name their own offsets), and a pack no row names is removed at start.
 
 // packItem is one small stream's complete stream file, to be packed.
 type packItem struct {

@@ -126,7 +126,7 @@ type Store struct {
 
 	ids *idSource // stream ids for packed rows
 	// tail is where the log ends when no pack is open (guarded by
-	// packMu): the next pack's header names it.
+	// packMu): the next pack is listed after it (meta.Repo.OpenLogPack).
 	tail   logEnd
 	recBuf []byte   // records' frames and rows (under packWriteMu)
 	iov    [][]byte // a batch's buffers (under packWriteMu)
