@@ -1157,6 +1157,22 @@ func TestIsReferenceType(t *testing.T) {
 	}
 }
 
+// reserveIDs reserves n stream ids and returns them, each.
+func reserveIDs(t *testing.T, r *Repo, n int) []int64 {
+	t.Helper()
+	rs, err := r.ReserveStreamIDs(t.Context(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, g := range rs {
+		for id := g.First; id <= g.Last; id++ {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 // testReservedStreamIDs: ids reserved are given to no insert, in a fresh
 // database and after rows; streams inserted with them keep them, a second
 // insert of one leaves the first row as it is, and the next insert and
@@ -1164,18 +1180,9 @@ func TestIsReferenceType(t *testing.T) {
 func testReservedStreamIDs(t *testing.T, loc location) {
 	ctx := t.Context()
 	r := openRepo(t, loc)
-	first, err := r.ReserveStreamIDs(ctx, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var reserved []int64
-	for _, rg := range first {
-		for id := rg.First; id <= rg.Last; id++ {
-			reserved = append(reserved, id)
-		}
-	}
+	reserved := reserveIDs(t, r, 10)
 	if len(reserved) != 10 {
-		t.Fatalf("reserved %v, want 10 ids", first)
+		t.Fatalf("reserved %v, want 10 ids", reserved)
 	}
 	plain := newStream("FEED-A", "n1", "r-plain")
 	apply(t, r, &Batch{Create: []*Stream{plain}})
@@ -1306,16 +1313,7 @@ func testStreamIDCollision(t *testing.T, loc location) {
 func testCommitLostAfterEarlierTry(t *testing.T, loc location) {
 	ctx := t.Context()
 	r := openRepo(t, loc)
-	rs, err := r.ReserveStreamIDs(ctx, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []int64
-	for _, g := range rs {
-		for i := g.First; i <= g.Last; i++ {
-			ids = append(ids, i)
-		}
-	}
+	ids := reserveIDs(t, r, 2)
 	r1 := newStream("FEED-A", "n1", "r1")
 	r1.ID, r1.Pack, r1.PackOffset = ids[0], "packs/p.wpk", 10
 	apply(t, r, &Batch{Packed: []*Stream{r1}, Mark: &LogMark{Node: "n1", Seq: 1, Pack: "packs/p.wpk", End: 100}})
@@ -1323,7 +1321,7 @@ func testCommitLostAfterEarlierTry(t *testing.T, loc location) {
 	r2 := newStream("FEED-A", "n1", "r2")
 	r2.ID, r2.Pack, r2.PackOffset = ids[1], "packs/p.wpk", 110
 	r.loseCommit = func() bool { return true }
-	err = r.Apply(ctx, &Batch{Packed: []*Stream{&again, r2}, Mark: &LogMark{Node: "n1", Seq: 1, Pack: "packs/p.wpk", End: 200}})
+	err := r.Apply(ctx, &Batch{Packed: []*Stream{&again, r2}, Mark: &LogMark{Node: "n1", Seq: 1, Pack: "packs/p.wpk", End: 200}})
 	r.loseCommit = nil
 	if err == nil || !errors.Is(err, ErrCommitUnknown) {
 		t.Fatalf("Apply of a batch that rolled back: %v, want the commit in doubt", err)
