@@ -528,15 +528,16 @@ func (s *Store) recordUntilDone(e *staged, q *stagedQueue, err error) {
 			if next == nil {
 				break
 			}
+			// Done with once e is recorded (see Sync), not before: e's
+			// posts were answered first.
+			e.seq = max(e.seq, next.seq)
 			if next.err != nil {
 				s.answerWaiting(next, next.err)
-				s.advance(next.seq)
 				continue
 			}
 			if next.rows == 0 {
 				s.endWrites(next.writes, true)
 				s.answerWaiting(next, fmt.Errorf("%w: %w", ErrBehind, err))
-				s.advance(next.seq)
 				continue
 			}
 			ne, rest := s.split(next, true)

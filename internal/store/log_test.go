@@ -612,8 +612,9 @@ func apptestWait(t *testing.T, cond func() bool) {
 
 // TestLogFailedStageBehindFailingRows: a batch that failed in stage one,
 // taken by stage two right behind a batch of answered posts whose rows
-// then fail, is answered all the same. It once waited for ever: stage two
-// held it aside while it retried the rows before it.
+// then fail, is answered all the same (it once waited for ever: stage two
+// held it aside while it retried the rows before it), and Sync still
+// waits for the rows before it.
 func TestLogFailedStageBehindFailingRows(t *testing.T) {
 	engines(t, func(t *testing.T, e *env) {
 		repo := newGateRepo(e.repo)
@@ -654,6 +655,13 @@ func TestLogFailedStageBehindFailingRows(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatal("a post whose stage one failed, behind failing rows, got no answer")
 		}
+		// A's rows are not in: Sync must not say they are (B, done with
+		// first, once made it).
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		if err := s.Sync(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Sync while an answered post's rows fail: %v", err)
+		}
+		cancel()
 		repo.mu.Lock()
 		repo.failFeed = ""
 		repo.mu.Unlock()
