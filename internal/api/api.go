@@ -268,8 +268,8 @@ func (s *server) boundDatabase(ctx huma.Context, next func(huma.Context)) {
 // seeReceived makes a call see every post this node answered before the
 // call: with store.commit: log, a post is answered before its rows are in
 // the database (see store.Store.Sync), usually by milliseconds. It waits
-// at most receive.databaseTimeout; a call that waited that long (the
-// database failing) goes on, and may not see the latest posts.
+// at most receive.databaseTimeout, and not at all while those rows cannot
+// be recorded: the call then goes on, and may not see the latest posts.
 func (s *server) seeReceived(ctx huma.Context, next func(huma.Context)) {
 	if s.Store != nil {
 		c, cancel := s.dbContext(ctx.Context())

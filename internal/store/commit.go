@@ -622,7 +622,8 @@ func (s *Store) advance(seq uint64) {
 // are in the metadata database (with store.commit: log a post is answered
 // before them), or ctx ends, or the store closes. A caller that was told
 // of a post sees it in the database after Sync; the rows are usually
-// there within milliseconds.
+// there within milliseconds. While their transaction fails it does not
+// wait: it returns ErrBehind at once.
 func (s *Store) Sync(ctx context.Context) error {
 	target := s.acked.Load()
 	for {
@@ -631,6 +632,12 @@ func (s *Store) Sync(ctx context.Context) error {
 		s.syncMu.Unlock()
 		if done {
 			return nil
+		}
+		s.failMu.Lock()
+		failing := s.failing
+		s.failMu.Unlock()
+		if failing != nil {
+			return fmt.Errorf("%w: %w", ErrBehind, failing)
 		}
 		// Stage two need not wait for more batches to join.
 		select {
