@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -305,6 +306,7 @@ func serve(args []string, stderr io.Writer) error {
 // prof names.
 func runServer(lc config.Log, prof profiles, stderr io.Writer, start func(context.Context, *slog.Logger) (*app.App, error)) error {
 	log := app.NewLogger(lc, stderr)
+	log.Debug("scheduler", "GOMAXPROCS", setServerProcs(), "cpus", runtime.NumCPU())
 	stopProfiles, err := prof.start()
 	if err != nil {
 		return err
