@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/weirhq/weir/internal/cli"
 )
 
 // machine describes where the run happened.
@@ -29,7 +31,10 @@ func (m machine) lines() []string {
 
 func describeMachine(tmp, root string) machine {
 	m := machine{CPU: "unknown", Memory: "unknown", Kernel: "unknown", Filesystem: "unknown", Commit: "unknown"}
-	m.Cores = fmt.Sprintf("%d logical CPUs (GOMAXPROCS %d)", runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	// What the servers run with, not the harness: they add spare Ps.
+	procs, _ := cli.ServerProcs(os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0))
+	m.Cores = fmt.Sprintf("%d logical CPUs (weir serve and weir proxy: GOMAXPROCS %d; the baselines and weir-load %d)",
+		runtime.NumCPU(), procs, runtime.GOMAXPROCS(0))
 	if f, err := os.Open("/proc/cpuinfo"); err == nil {
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {

@@ -21,21 +21,21 @@ import (
 // "Spare Ps"); more than two gained no more.
 const spareProcs = 2
 
-// serverProcs returns the GOMAXPROCS a server should run with, given the
+// ServerProcs returns the GOMAXPROCS a server runs with, given the
 // runtime's default (cur, the CPUs the process may use) and the GOMAXPROCS
 // environment variable (env): cur plus spareProcs, or, when env is set,
 // what the operator chose (ok false: leave it).
-func serverProcs(env string, cur int) (n int, ok bool) {
+func ServerProcs(env string, cur int) (n int, ok bool) {
 	if env != "" {
 		return cur, false
 	}
 	return cur + spareProcs, true
 }
 
-// setServerProcs applies serverProcs to this process and returns the
+// setServerProcs applies ServerProcs to this process and returns the
 // GOMAXPROCS it runs with.
 func setServerProcs() int {
-	n, ok := serverProcs(os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0))
+	n, ok := ServerProcs(os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0))
 	if ok {
 		runtime.GOMAXPROCS(n)
 	}

@@ -15,9 +15,9 @@ func TestServerProcs(t *testing.T) {
 		{"2", 2, 2, false}, // the operator's choice stands
 		{"1", 1, 1, false},
 	} {
-		n, ok := serverProcs(c.env, c.cur)
+		n, ok := ServerProcs(c.env, c.cur)
 		if n != c.want || ok != c.wantOK {
-			t.Errorf("serverProcs(%q, %d) = %d, %v; want %d, %v", c.env, c.cur, n, ok, c.want, c.wantOK)
+			t.Errorf("ServerProcs(%q, %d) = %d, %v; want %d, %v", c.env, c.cur, n, ok, c.want, c.wantOK)
 		}
 	}
 }
