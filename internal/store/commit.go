@@ -464,7 +464,12 @@ func (s *Store) retryAlone(rs []*request, err error) {
 // their bytes given back if failed says their rows were certainly not
 // committed (see failedCommit).
 func (s *Store) split(st *staged, failed bool) (*staged, []*request) {
-	early := &staged{start: st.start, oldest: time.Now(), seq: st.seq, mark: st.mark, rows: st.rows}
+	// The mark is set below, from the writes that stay: st's mark is the
+	// end of its last write, which may be one of the others' and given
+	// back (cut from the pack), and the next batch is written there. A
+	// mark past the end would have a start replay the log from beyond
+	// that batch's records, and its answered posts never recorded.
+	early := &staged{start: st.start, oldest: time.Now(), seq: st.seq, rows: st.rows}
 	var rest []*request
 	for _, r := range st.batch {
 		if r.early {
@@ -487,6 +492,7 @@ func (s *Store) split(st *staged, failed bool) (*staged, []*request) {
 	for _, w := range st.writes {
 		if w.early {
 			early.writes = append(early.writes, w)
+			early.mark = s.markAt(w.w)
 		} else {
 			s.endWrites([]stagedPack{w}, failed)
 		}
@@ -775,8 +781,13 @@ func (s *Store) stage(batch []*request) *staged {
 		st.b.Packed = append(st.b.Packed, r.rows...)
 	}
 	st.writes = append(st.writes, sp)
-	st.mark = &meta.LogMark{Node: s.opt.Node, Seq: w.seq, Pack: w.rel, End: w.end}
+	st.mark = s.markAt(w)
 	return st
+}
+
+// markAt is the log's mark at the end of pack write w.
+func (s *Store) markAt(w packWrite) *meta.LogMark {
+	return &meta.LogMark{Node: s.opt.Node, Seq: w.seq, Pack: w.rel, End: w.end}
 }
 
 // commitRows is stage two: the batch's rows, in one transaction, with the
