@@ -184,7 +184,7 @@ func (s *Store) copyStaying(oldPath, newPath string, staying []meta.PackMove) (i
 		return 0, err
 	}
 	defer src.Close()
-	if err := mkdirAllSync(filepath.Dir(newPath)); err != nil {
+	if err := s.mkdirAllSync(filepath.Dir(newPath)); err != nil {
 		return 0, fmt.Errorf("create pack directory: %w: %w", errPackNotCreated, err)
 	}
 	dst, err := os.OpenFile(newPath, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)

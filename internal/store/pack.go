@@ -216,7 +216,7 @@ func (s *Store) startPackWrite() (*openPack, error) {
 		for {
 			rel = filepath.Join(day, safeName(s.opt.Node)+"-"+strconv.FormatInt(s.packSeq.Add(1), 10)+packSuffix)
 			path = filepath.Join(s.opt.Root, rel)
-			if err := mkdirAllSync(filepath.Dir(path)); err != nil {
+			if err := s.mkdirAllSync(filepath.Dir(path)); err != nil {
 				return nil, fmt.Errorf("create pack directory: %w", err)
 			}
 			var err error

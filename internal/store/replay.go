@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/weirhq/weir/internal/fsutil"
 	"github.com/weirhq/weir/internal/meta"
 )
 
@@ -95,7 +96,8 @@ func (s *Store) replay(ctx context.Context) error {
 // scanLog reads the records of pack rel from start to the first place no
 // intact record starts (or limit, if not negative), passes the rows of
 // each answered post's record to got with the end of that record, and
-// returns where the records end. A pack that is not there has none.
+// returns where the records end. A pack that is not there has none. The
+// pack is flushed before the first rows go to got.
 func (s *Store) scanLog(rel string, start, limit int64, buf *[]byte, got func(rows []meta.Stream, end int64) error) (int64, error) {
 	f, err := os.Open(filepath.Join(s.opt.Root, rel))
 	if errors.Is(err, os.ErrNotExist) {
@@ -114,6 +116,7 @@ func (s *Store) scanLog(rel string, start, limit int64, buf *[]byte, got func(ro
 		size = limit
 	}
 	off := start
+	synced := false
 	for {
 		kind, payload, err := readRecord(f, off, size, *buf)
 		if errors.Is(err, errNoRecord) {
@@ -131,6 +134,16 @@ func (s *Store) scanLog(rel string, start, limit int64, buf *[]byte, got func(ro
 				// a later version may read. Stop here rather than
 				// guess.
 				return 0, fmt.Errorf("replay the store log: pack %s at %d: %w", rel, off, err)
+			}
+			if !synced {
+				// A record read back may be in the page cache only: the
+				// last run was killed between writing it and flushing it
+				// (its post then got no answer). Its rows must not name
+				// bytes a power cut could still take.
+				if err := fsutil.Fdatasync(f); err != nil {
+					return 0, fmt.Errorf("replay the store log: %w", err)
+				}
+				synced = true
 			}
 			if err := got(rows, end); err != nil {
 				return 0, err

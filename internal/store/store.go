@@ -120,6 +120,10 @@ type Store struct {
 	closeMu     sync.RWMutex // held for reading while a request is submitted; Close takes it to stop submissions
 	closed      bool
 	left        leftovers // rows of aborted posts still to remove (see retryLeftovers)
+	dirs        durableDirs
+	// syncDir flushes a directory's entries: fsutil.SyncDir, unless a
+	// test watches.
+	syncDir func(dir string) error
 	// closing is closed when Close begins: a transaction of answered
 	// posts' rows that keeps failing is then left to the next start.
 	closing chan struct{}
@@ -190,6 +194,11 @@ func Open(ctx context.Context, repo Repo, codec *streamfile.Codec, opt Options) 
 		s.closed = true
 		close(s.done)
 		return s, nil
+	}
+	// The root's entry, which MkdirAll may just have made: every
+	// directory below is made durable up to it (mkdirAllSync).
+	if err := fsutil.SyncDir(filepath.Dir(filepath.Clean(opt.Root))); err != nil {
+		return nil, fmt.Errorf("create store root: %w", err)
 	}
 	if err := s.recover(ctx); err != nil {
 		return nil, err
@@ -413,7 +422,7 @@ func (w *Writer) createFile() error {
 		return fmt.Errorf("create stream row: %w", err)
 	}
 	w.path = s.path(w.row)
-	if err := mkdirAllSync(filepath.Dir(w.path)); err != nil {
+	if err := s.mkdirAllSync(filepath.Dir(w.path)); err != nil {
 		return fmt.Errorf("create stream directory: %w", err)
 	}
 	f, err := os.OpenFile(w.path+lockSuffix, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)
@@ -741,22 +750,65 @@ func (p *Post) Abort() {
 	}
 }
 
+// durableDirs are the directories this store has made durable: created
+// (or found) and their entries in their parents flushed.
+type durableDirs struct {
+	mu  sync.Mutex
+	set map[string]bool
+}
+
+// maxDurableDirs bounds durableDirs: past it the set starts again, and a
+// directory used again costs its parent's flush once more.
+const maxDurableDirs = 4096
+
+func (d *durableDirs) has(dir string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.set[dir]
+}
+
+func (d *durableDirs) add(dir string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.set == nil || len(d.set) >= maxDurableDirs {
+		d.set = make(map[string]bool)
+	}
+	d.set[dir] = true
+}
+
 // mkdirAllSync creates dir and any missing parents, fsyncing each parent
-// after creating a child so that a new directory survives power loss.
-func mkdirAllSync(dir string) error {
-	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+// after creating a child so that a new directory survives power loss. A
+// directory that is there already is not trusted to be durable until this
+// store has flushed its parent once: whoever created it may not have yet
+// (compaction creates today's pack directory too, and stage one must not
+// put an answered post's record in it before its entry is durable), or
+// may have failed to.
+func (s *Store) mkdirAllSync(dir string) error {
+	// The root is made durable at Open; above it is not the store's.
+	root := filepath.Clean(s.opt.Root)
+	if s.dirs.has(dir) || !strings.HasPrefix(dir, root+string(filepath.Separator)) {
 		return nil
 	}
 	parent := filepath.Dir(dir)
 	if parent != dir {
-		if err := mkdirAllSync(parent); err != nil {
+		if err := s.mkdirAllSync(parent); err != nil {
 			return err
 		}
 	}
 	if err := os.Mkdir(dir, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	return fsutil.SyncDir(parent)
+	if parent != dir {
+		sync := fsutil.SyncDir
+		if s.syncDir != nil {
+			sync = s.syncDir
+		}
+		if err := sync(parent); err != nil {
+			return err
+		}
+	}
+	s.dirs.add(dir)
+	return nil
 }
 
 // IsNoSpace reports whether err comes from a full disk.
