@@ -87,6 +87,48 @@ func (r *gateRepo) setFail(err error) {
 	r.mu.Unlock()
 }
 
+// setFailFeed fails the transactions with a row of a feed that starts
+// with prefix ("": none).
+func (r *gateRepo) setFailFeed(prefix string) {
+	r.mu.Lock()
+	r.failFeed = prefix
+	r.mu.Unlock()
+}
+
+// holdTransaction holds the gate and posts one small post (answered from
+// the log) whose transaction then waits at it: the batches staged until
+// the gate is released are recorded together after it.
+func holdTransaction(t *testing.T, s *store.Store, repo *gateRepo) {
+	t.Helper()
+	repo.hold()
+	z := make(chan error, 1)
+	go func() {
+		_, err := postSmall(s, "OK-Z", 1, 0)
+		z <- err
+	}()
+	<-repo.entered
+	if err := <-z; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// closeFailing closes s while repo fails every transaction of answered
+// posts' rows (held at the gate until the close has begun): their rows
+// stay in the log only, for the next start to record.
+func closeFailing(t *testing.T, s *store.Store, repo *gateRepo) {
+	t.Helper()
+	repo.setFail(errors.New("injected: the database is gone"))
+	closed := make(chan struct{})
+	go func() { s.Close(); close(closed) }()
+	time.Sleep(20 * time.Millisecond)
+	repo.release()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close did not return while the database failed")
+	}
+}
+
 // openLog opens a store in log mode (store.commit: log) on repo.
 func (e *env) openLog(t *testing.T, repo store.Repo, segment int64) *store.Store {
 	t.Helper()
@@ -108,8 +150,21 @@ type logged struct {
 
 // postSmall commits one small post of content (g, i) and returns its row.
 func postSmall(s *store.Store, feed string, g, i int) (logged, error) {
-	secs := smallPost(g, i)
+	return postLogged(s.Begin(), feed, g, i)
+}
+
+// postForwarded commits one small post a trusted forwarder sent with a
+// GUID: it is not answered early, so it waits for its transaction.
+func postForwarded(s *store.Store, feed, guid string, g, i int) (logged, error) {
 	post := s.Begin()
+	post.SetForward(meta.ForwardKey{Sender: "proxy-1", GUID: guid})
+	return postLogged(post, feed, g, i)
+}
+
+// postLogged writes the small post of content (g, i) as post's one stream
+// and commits it.
+func postLogged(post *store.Post, feed string, g, i int) (logged, error) {
+	secs := smallPost(g, i)
 	w, err := post.NewStream(context.Background(), spec(feed))
 	if err != nil {
 		return logged{}, err
@@ -270,16 +325,7 @@ func TestLogReplayAfterStop(t *testing.T) {
 		}
 		// The store closes while the database fails: the rows stay in the
 		// log only.
-		repo.setFail(errors.New("injected: the database is gone"))
-		closed := make(chan struct{})
-		go func() { s.Close(); close(closed) }()
-		time.Sleep(20 * time.Millisecond)
-		repo.release()
-		select {
-		case <-closed:
-		case <-time.After(20 * time.Second):
-			t.Fatal("Close did not return while the database failed")
-		}
+		closeFailing(t, s, repo)
 		if n := len(allRows(t, e)); n != 3 {
 			t.Fatalf("%d rows before the start that replays, want the 3 recorded", n)
 		}
@@ -618,17 +664,8 @@ func TestLogFailedStageBehindFailingRows(t *testing.T) {
 	engines(t, func(t *testing.T, e *env) {
 		repo := newGateRepo(e.repo)
 		s := e.openLog(t, repo, 0)
-		repo.hold()
 		// Z's transaction waits at the gate while A and B are staged.
-		z := make(chan error, 1)
-		go func() {
-			_, err := postSmall(s, "OK-Z", 1, 0)
-			z <- err
-		}()
-		<-repo.entered
-		if err := <-z; err != nil {
-			t.Fatal(err)
-		}
+		holdTransaction(t, s, repo)
 		a, err := postSmall(s, "FAIL-A", 1, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -642,9 +679,7 @@ func TestLogFailedStageBehindFailingRows(t *testing.T) {
 		// B is staged (and failed) before the gate opens.
 		time.Sleep(50 * time.Millisecond)
 		store.SetStageHook(s, nil)
-		repo.mu.Lock()
-		repo.failFeed = "FAIL-"
-		repo.mu.Unlock()
+		repo.setFailFeed("FAIL-")
 		repo.release()
 		select {
 		case err := <-b:
@@ -659,9 +694,7 @@ func TestLogFailedStageBehindFailingRows(t *testing.T) {
 		if err := s.Sync(context.Background()); !errors.Is(err, store.ErrBehind) {
 			t.Errorf("Sync while an answered post's rows fail: %v, want ErrBehind at once", err)
 		}
-		repo.mu.Lock()
-		repo.failFeed = ""
-		repo.mu.Unlock()
+		repo.setFailFeed("")
 		apptestWait(t, func() bool {
 			_, err := postSmall(s, "OK-C", 1, 3)
 			return err == nil
@@ -673,27 +706,6 @@ func TestLogFailedStageBehindFailingRows(t *testing.T) {
 			t.Errorf("the answered post whose rows failed for a while: %v", err)
 		}
 	})
-}
-
-// postForwarded commits one small post a trusted forwarder sent with a
-// GUID: it is not answered early, so it waits for its transaction.
-func postForwarded(s *store.Store, feed, guid string, g, i int) (logged, error) {
-	post := s.Begin()
-	post.SetForward(meta.ForwardKey{Sender: "proxy-1", GUID: guid})
-	w, err := post.NewStream(context.Background(), spec(feed))
-	if err != nil {
-		return logged{}, err
-	}
-	secs := smallPost(g, i)
-	if err := writeSections(w, secs); err != nil {
-		post.Abort()
-		return logged{}, err
-	}
-	streams, err := post.Commit(context.Background())
-	if err != nil {
-		return logged{}, err
-	}
-	return logged{streams[0], secs}, nil
 }
 
 // TestLogMarkAfterGivenBackWrite: stage two merges a batch of answered
@@ -709,24 +721,9 @@ func TestLogMarkAfterGivenBackWrite(t *testing.T) {
 	engines(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		repo := newGateRepo(e.repo)
-		s, err := store.Open(ctx, repo, e.codec, store.Options{
-			Root: e.root(), Node: "n1", BlockSize: 4096, PackMax: packMax, Log: true,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		repo.hold()
+		s := e.openLog(t, repo, 0)
 		// Z's transaction waits at the gate while A and B are staged.
-		z := make(chan error, 1)
-		go func() {
-			_, err := postSmall(s, "OK-Z", 1, 0)
-			z <- err
-		}()
-		<-repo.entered
-		if err := <-z; err != nil {
-			t.Fatal(err)
-		}
+		holdTransaction(t, s, repo)
 		a, err := postSmall(s, "OK-A", 1, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -737,9 +734,7 @@ func TestLogMarkAfterGivenBackWrite(t *testing.T) {
 			bErr <- err
 		}()
 		time.Sleep(100 * time.Millisecond) // B staged behind A
-		repo.mu.Lock()
-		repo.failFeed = "FAIL-"
-		repo.mu.Unlock()
+		repo.setFailFeed("FAIL-")
 		repo.release()
 		select {
 		case err := <-bErr:
@@ -749,9 +744,7 @@ func TestLogMarkAfterGivenBackWrite(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatal("B got no answer")
 		}
-		repo.mu.Lock()
-		repo.failFeed = ""
-		repo.mu.Unlock()
+		repo.setFailFeed("")
 		if err := s.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -773,16 +766,7 @@ func TestLogMarkAfterGivenBackWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("C answered: id %d in %s at %d (size %d)", c.row.ID, c.row.Pack, c.row.PackOffset, c.row.FileSize)
-		repo.setFail(errors.New("injected: the database is gone"))
-		closed := make(chan struct{})
-		go func() { s.Close(); close(closed) }()
-		time.Sleep(20 * time.Millisecond)
-		repo.release()
-		select {
-		case <-closed:
-		case <-time.After(20 * time.Second):
-			t.Fatal("Close did not return")
-		}
+		closeFailing(t, s, repo)
 
 		s2 := e.openLog(t, e.repo, 0)
 		if _, err := e.repo.GetStream(ctx, c.row.ID); err != nil {
@@ -840,16 +824,7 @@ func TestLogReplayFlushesPack(t *testing.T) {
 	}
 	// The store stops while the database fails: the post's rows are in
 	// the log only.
-	repo.setFail(errors.New("injected: the database is gone"))
-	closed := make(chan struct{})
-	go func() { s.Close(); close(closed) }()
-	time.Sleep(20 * time.Millisecond)
-	repo.release()
-	select {
-	case <-closed:
-	case <-time.After(20 * time.Second):
-		t.Fatal("Close did not return while the database failed")
-	}
+	closeFailing(t, s, repo)
 	// As a kill before the flush leaves it: the record's bytes written
 	// (the same bytes again) and not flushed.
 	path := filepath.Join(e.root(), p.row.Pack)
