@@ -306,7 +306,8 @@ func serve(args []string, stderr io.Writer) error {
 // prof names.
 func runServer(lc config.Log, prof profiles, stderr io.Writer, start func(context.Context, *slog.Logger) (*app.App, error)) error {
 	log := app.NewLogger(lc, stderr)
-	log.Debug("scheduler", "GOMAXPROCS", setServerProcs(), "cpus", runtime.NumCPU())
+	procs, was := setServerProcs()
+	log.Debug("scheduler", "GOMAXPROCS", procs, "started with", was, "cpus", runtime.NumCPU())
 	stopProfiles, err := prof.start()
 	if err != nil {
 		return err

@@ -33,11 +33,12 @@ func ServerProcs(env string, cur int) (n int, ok bool) {
 }
 
 // setServerProcs applies ServerProcs to this process and returns the
-// GOMAXPROCS it runs with.
-func setServerProcs() int {
-	n, ok := ServerProcs(os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0))
+// GOMAXPROCS it runs with and the one it started with.
+func setServerProcs() (n, was int) {
+	was = runtime.GOMAXPROCS(0)
+	n, ok := ServerProcs(os.Getenv("GOMAXPROCS"), was)
 	if ok {
 		runtime.GOMAXPROCS(n)
 	}
-	return n
+	return n, was
 }
