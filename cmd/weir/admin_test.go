@@ -172,7 +172,7 @@ func TestAdminCLI(t *testing.T) {
 	zipID := mustOK(t, e.node, postString(t, c, srv.url, zbuf.String(), zipHeaders))
 
 	// stream list --json, while the server runs.
-	streams := e.listStreams()
+	streams := e.listStreamsHaving(plainID, backID, zipID)
 	if len(streams) != 3+acceptedMeanwhile {
 		t.Errorf("stream list --json: %d streams, want %d (plain, back, zip and %d received before the feed's REJECT applied): %+v",
 			len(streams), 3+acceptedMeanwhile, acceptedMeanwhile, streams)

@@ -236,7 +236,11 @@ func (p *compactProof) postMany(srv *server, n int) {
 		}
 		receipts[strings.TrimSpace(string(body))] = b
 	}
-	for _, s := range p.e.listStreams() {
+	ids := make([]string, 0, len(receipts))
+	for r := range receipts {
+		ids = append(ids, r)
+	}
+	for _, s := range p.e.listStreamsHaving(ids...) {
 		if b, ok := receipts[s.ReceiptID]; ok {
 			p.data[s.ID] = b
 			delete(receipts, s.ReceiptID)

@@ -120,7 +120,7 @@ func TestFileDescriptorLimit(t *testing.T) {
 	}
 	want := append(stored, receiptID(t, e.node, r))
 	var got []string
-	for _, st := range e.listStreams() {
+	for _, st := range e.listStreamsHaving(want...) {
 		got = append(got, st.ReceiptID)
 	}
 	slices.Sort(want)

@@ -247,6 +247,36 @@ func (e *weirEnv) listStreams(filter ...string) []streamJSON {
 	return streams
 }
 
+// listStreamsHaving lists the streams once every one of receipts is among
+// them. With store.commit: log a small post is answered before its row is
+// in the database (a few milliseconds later), and API calls on the server
+// wait for it, but the admin CLI, another process, reads the database as
+// it is. A bound on a hang, not a measure of speed: fails after 30 s.
+func (e *weirEnv) listStreamsHaving(receipts ...string) []streamJSON {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		streams := e.listStreams()
+		have := make(map[string]bool, len(streams))
+		for _, s := range streams {
+			have[s.ReceiptID] = true
+		}
+		var missing []string
+		for _, r := range receipts {
+			if !have[r] {
+				missing = append(missing, r)
+			}
+		}
+		if len(missing) == 0 {
+			return streams
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%d acknowledged posts not listed 30 s after their answers, e.g. %s", len(missing), missing[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // storeReader is the Go API view of an installation, opened read-only (safe
 // beside a running server, as the admin commands are).
 type storeReader struct {
